@@ -1,0 +1,85 @@
+"""The one place that prints. Results go to stdout, diagnostics (progress, warnings, errors) to
+stderr, so ``--json`` output can be piped while the user still sees what is happening."""
+
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def error(msg: str) -> None:
+    err.print(f"[bold red]error:[/] {msg}", markup=True)
+
+
+def warn(msg: str) -> None:
+    err.print(f"[yellow]warning:[/] {msg}", markup=True)
+
+
+def info(msg: str) -> None:
+    err.print(msg, markup=False)
+
+
+def emit_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def text(msg: str, style: str | None = None) -> None:
+    out.print(msg, style=style, markup=False)
+
+
+def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> None:
+    t = Table(title=title, title_justify="left", show_lines=False)
+    for c in columns:
+        t.add_column(c)
+    for r in rows:
+        t.add_row(*("" if v is None else str(v) for v in r))
+    out.print(t)
+
+
+def _progress_table(snap) -> Table:
+    t = Table(title=f"{snap.elapsed_s:5.1f} s  attempt {snap.attempt}  {snap.phase}  "
+                    f"(last progress {snap.since_progress_s:.1f} s ago)", title_justify="left")
+    for c in ("rank", "step", "steps/s", "RSS MB", "state"):
+        t.add_column(c, justify="right" if c != "state" else "left")
+    for r in snap.ranks:
+        state = f"exited ({r.exit_status})" if r.exited else "running"
+        t.add_row(str(r.rank), str(r.steps), f"{r.steps_per_s:.1f}", f"{r.rss_mb:.0f}", state)
+    return t
+
+
+@contextmanager
+def live_progress(enabled: bool) -> Iterator[Any]:
+    """A callback for ``harness.launch``'s progress snapshots: a live per-rank table on a
+    terminal, nothing otherwise (CI logs should not fill with redraws)."""
+    if not enabled or not err.is_terminal:
+        yield None
+        return
+    with Live(console=err, refresh_per_second=4, transient=True) as live:
+        yield lambda snap: live.update(_progress_table(snap))
+
+
+def run_summary(res) -> None:
+    colour = {"ok": "green", "failed": "red", "hung": "red", "timeout": "red"}.get(res.status, "yellow")
+    rows = [[r["rank"], r["exit_code"], r["steps"], f"{r['steps_per_s']:.1f}",
+             f"{r['peak_rss_mb']:.0f}", r["last_location"] or "-"] for r in res.ranks]
+    table(None, ["rank", "exit", "steps", "steps/s", "peak RSS MB", "last collective site"], rows)
+    out.print(f"status: [bold {colour}]{res.status}[/]  world size {res.world_size}  device {res.device}  "
+              f"wall {res.wall_s:.1f} s", markup=True)
+    out.print(f"run dir: {res.run_dir}", markup=False)
+    if res.hang:
+        from harness.watchdog import format_hang
+        text(format_hang(res.hang).rstrip())
+    if res.failure:
+        who = f"rank {res.failure['rank']}" if res.failure.get("rank") is not None else "the launcher"
+        text(f"{who} failed; last lines of its error:")
+        text(res.failure.get("error") or "(no output)")

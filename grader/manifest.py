@@ -1,0 +1,218 @@
+"""The exercise manifest (``exercises/<slug>/exercise.toml``, ``format_version = 1``) as a typed
+model. Every error names the file, the field, and what to write instead."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+FORMAT_VERSION = 1
+MANIFEST = "exercise.toml"
+
+
+class ManifestError(Exception):
+    """One line: ``<file>: <field>: <problem>; <fix>``."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Reference(_Strict):
+    title: str
+    url: str
+
+
+class Workload(_Strict):
+    """What a correct run does; ``workload_intact`` compares the telemetry against it."""
+
+    dataset: str = "train"  # ledger name of the training dataset
+    dataset_size: int = Field(gt=0)
+    global_batch: int = Field(gt=0)
+    steps: int = Field(gt=0, description="optimizer steps per rank in an uninterrupted run")
+    params: int = Field(gt=0, description="trainable parameter count of the model")
+
+
+class RunSettings(_Strict):
+    hang_timeout: float = Field(15.0, gt=0)
+    startup_timeout: float = Field(60.0, gt=0)
+    timeout: float = Field(180.0, gt=0)
+    pg_timeout: float = Field(60.0, gt=0)
+    args: list[str] = []
+
+
+class _Check(_Strict):
+    required: bool = True
+    weight: float = Field(1.0, ge=0)
+
+
+class Completes(_Check):
+    name: Literal["completes"]
+
+
+class SamplePartition(_Check):
+    name: Literal["sample_partition"]
+    resume: bool = False  # also kill a rank mid-run and compare the resumed run's consumption
+    kill_rank: int = Field(1, ge=0)
+    kill_step: int = Field(10, gt=0)
+    padding: int = Field(0, ge=0, description="duplicates allowed per epoch (sampler padding)")
+
+
+class MemoryFlat(_Check):
+    name: Literal["memory_flat"]
+    warmup_steps: int = Field(10, ge=0)
+    max_slope_mb_per_step: float = Field(0.05, gt=0)
+
+
+class MatchesReference(_Check):
+    name: Literal["matches_reference"]
+    rtol: float = Field(1e-4, ge=0)
+    atol: float = Field(1e-5, ge=0)
+
+
+class WorldSizeEquivalence(_Check):
+    name: Literal["world_size_equivalence"]
+    world_sizes: list[int] = [1, 2]
+    rtol: float = Field(1e-3, ge=0)
+    atol: float = Field(1e-4, ge=0)
+
+
+class WorkloadIntact(_Check):
+    name: Literal["workload_intact"]
+
+
+class CheckpointValid(_Check):
+    """A checkpoint the script writes (path relative to its working dir) loads and holds the final
+    parameters: a fix may not pass by deleting the work a collective protected."""
+
+    name: Literal["checkpoint_valid"]
+    path: str
+    key: str | None = None  # where the model state dict sits inside the checkpoint, if nested
+    require_keys: list[str] = []  # other top-level keys the checkpoint must hold (e.g. "scaler")
+    rtol: float = Field(1e-5, ge=0)
+    atol: float = Field(1e-6, ge=0)
+
+
+CheckSpec = Annotated[
+    Union[Completes, SamplePartition, MemoryFlat, MatchesReference, WorldSizeEquivalence,
+          WorkloadIntact, CheckpointValid],
+    Field(discriminator="name"),
+]
+CHECK_NAMES = ("completes", "sample_partition", "memory_flat", "matches_reference",
+               "world_size_equivalence", "workload_intact", "checkpoint_valid", "throughput")
+
+
+class Throughput(_Strict):
+    target_speedup: float = Field(gt=1.0, description="the reference's expected speedup")
+    rounds: int = Field(3, ge=1)
+    warmup_rounds: int = Field(1, ge=0)
+    weight: float = Field(1.0, ge=0)
+    suspicious_factor: float = Field(2.0, gt=1.0, description="flag speedups this far above the reference")
+
+
+class Manifest(_Strict):
+    format_version: int
+    slug: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    title: str
+    symptom: str
+    difficulty: Literal["easy", "medium", "hard"]
+    minutes: int = Field(gt=0)
+    topics: list[str]
+    world_size: int = Field(2, ge=1)
+    backends: list[Literal["gloo", "nccl"]] = ["gloo", "nccl"]
+    entry: str
+    editable: list[str]
+    workload: Workload
+    run: RunSettings = RunSettings()
+    checks: list[CheckSpec]
+    broken_fails: list[str] = Field(description="checks the broken script must fail")
+    throughput: Throughput | None = None
+    hints: list[str]
+    references: list[Reference] = []
+
+    @field_validator("format_version")
+    @classmethod
+    def _version(cls, v: int) -> int:
+        if v != FORMAT_VERSION:
+            raise ValueError(f"unsupported format_version {v}; this trainwreck reads {FORMAT_VERSION}")
+        return v
+
+    @field_validator("hints")
+    @classmethod
+    def _hints(cls, v: list[str]) -> list[str]:
+        if len(v) < 3 or any(not h.strip() for h in v):
+            raise ValueError("give at least 3 non-empty progressive hints")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Manifest":
+        if self.entry not in self.editable:
+            raise ValueError(f"entry {self.entry!r} must be listed in editable")
+        names = [c.name for c in self.checks]
+        if len(set(names)) != len(names):
+            raise ValueError("checks: each check may appear once")
+        known = set(names) | ({"throughput"} if self.throughput else set())
+        for n in self.broken_fails:
+            if n not in known:
+                raise ValueError(f"broken_fails names {n!r}, which is not among this exercise's checks")
+        if not self.broken_fails:
+            raise ValueError("broken_fails: name at least one check the broken script must fail")
+        return self
+
+    def check(self, name: str):
+        return next((c for c in self.checks if c.name == name), None)
+
+
+def _loc(err: dict[str, Any]) -> str:
+    parts = []
+    for p in err.get("loc", ()):
+        if isinstance(p, int):
+            parts.append(f"[{p}]")
+        elif p in CHECK_NAMES and parts and parts[-1].startswith("["):
+            continue  # the discriminator's tag adds nothing the index does not say
+        else:
+            parts.append(("." if parts else "") + str(p))
+    return "".join(parts) or "(top level)"
+
+
+def _fix(err: dict[str, Any]) -> str:
+    kind = err.get("type", "")
+    if kind == "missing":
+        return "add it"
+    if kind == "extra_forbidden":
+        return "remove it or check its spelling"
+    if kind == "union_tag_invalid":
+        return f"use one of: {', '.join(CHECK_NAMES[:-1])}"
+    if kind == "union_tag_not_found":
+        return "give the check a name"
+    return "fix the value"
+
+
+def load_manifest(path: Path) -> Manifest:
+    path = Path(path)
+    if path.is_dir():
+        path = path / MANIFEST
+    if not path.exists():
+        raise ManifestError(f"{path}: not found; each exercise folder needs an {MANIFEST}")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise ManifestError(f"{path}: not valid TOML ({e}); fix the syntax") from None
+    try:
+        m = Manifest.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        msg = err["msg"].removeprefix("Value error, ")
+        more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
+        raise ManifestError(f"{path}: {_loc(err)}: {msg}; {_fix(err)}{more}") from None
+    if m.slug != path.parent.name:
+        raise ManifestError(f"{path}: slug: {m.slug!r} differs from its folder {path.parent.name!r}; "
+                            "make them the same")
+    for f in m.editable:
+        if not (path.parent / f).is_file():
+            raise ManifestError(f"{path}: editable: {f!r} is not a file in {path.parent}; "
+                                "list files that exist")
+    return m

@@ -1,0 +1,93 @@
+"""Rank entry point: ``python -m harness.bootstrap SCRIPT [ARGS...]``, started by the elastic
+launcher once per rank. Installs the instrumentation, then runs SCRIPT as ``__main__`` with
+``runpy``, so an unmodified torch script is observed without its cooperation.
+
+Without ``TRAINWRECK_RUN_DIR`` in the environment it only runs the script.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import runpy
+import signal
+import socket
+import sys
+from pathlib import Path
+
+from harness import rundir
+
+STACK_SIGNAL = signal.SIGUSR1
+
+
+def _redirect_output(rank_dir: Path, attempt: int) -> None:
+    """Point fds 1 and 2 at the rank's log files, so C++ output (gloo, NCCL) lands there too."""
+    for fd, name in ((1, rundir.STDOUT), (2, rundir.STDERR)):
+        f = open(rank_dir / name, "ab", buffering=0)
+        f.write(f"=== attempt {attempt} (pid {os.getpid()}) ===\n".encode())
+        os.dup2(f.fileno(), fd)
+        f.close()
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("usage: python -m harness.bootstrap SCRIPT [ARGS...]", file=sys.stderr)
+        return 2
+    script, args = argv[0], argv[1:]
+    run_dir_s = os.environ.get(rundir.RUN_DIR_ENV)
+    if not run_dir_s:
+        return _run_script(script, args)
+
+    run_dir = Path(run_dir_s)
+    rank = int(os.environ.get("RANK", "0"))
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    # The key must not be visible to the script, nor to anything it starts.
+    key = os.environ.pop(rundir.KEY_ENV, "")
+    rdir = rundir.rank_dir(run_dir, rank)
+    rdir.mkdir(parents=True, exist_ok=True)
+    if os.environ.pop("TRAINWRECK_CAPTURE", "1") == "1":
+        _redirect_output(rdir, attempt)
+
+    stacks = open(rdir / rundir.STACKS, "a", buffering=1)
+    faulthandler.register(STACK_SIGNAL, file=stacks, all_threads=True, chain=False)
+
+    from harness import instrument  # imports torch: after the cheap set-up above
+
+    import torch
+
+    rec = instrument.install(run_dir, rank, key, attempt,
+                             float(os.environ.get("TRAINWRECK_PG_TIMEOUT", "60")))
+    rec.event(
+        "start", pid=os.getpid(), rank=rank, local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+        world_size=int(os.environ.get("WORLD_SIZE", "1")), host=socket.gethostname(),
+        script=os.path.abspath(script), argv=args, torch=torch.__version__,
+        cuda=torch.cuda.is_available(),
+    )
+    status, code, error = "ok", 0, None
+    try:
+        code = _run_script(script, args)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        status = "ok" if code == 0 else "sysexit"
+    except BaseException as e:  # the script's own failure: record it, then fail as it would have
+        status, code, error = "exception", 1, instrument.describe_exception(e)
+        sys.stderr.write(error)
+    try:
+        saved = rec.save_final_params()
+    except Exception as e:  # never let saving mask the script's outcome
+        saved = {"save_error": repr(e)}
+    rec.event("exit", status=status, code=code, steps=rec.step, error=error, **saved)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return code
+
+
+def _run_script(script: str, args: list[str]) -> int:
+    sys.argv = [script, *args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    runpy.run_path(script, run_name="__main__")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

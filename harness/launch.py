@@ -1,0 +1,261 @@
+"""Launching a script across ranks with torchrun's semantics and watching it from outside.
+
+The parent never imports torch (start-up stays fast). It starts ``python -m torch.distributed.run``
+(the elastic launcher itself, so rendezvous, restarts and signal handling are torch's own) with
+``harness.bootstrap`` as the per-rank entry, then polls the run dir: progress for the live display,
+and the hang watchdog. Whatever happens (ok, crash, hang, timeout, Ctrl-C), the whole process tree
+is ended and ``run.json`` is written; an outcome is a status, never an exception.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from harness import rundir
+from harness.monitor import Monitor, Snapshot
+from harness.observe import observe_rank
+from harness.proctree import ProcessTree
+from harness.watchdog import collect_hang
+
+KIT_ROOT = Path(__file__).resolve().parent.parent
+STATUSES = ("ok", "failed", "hung", "timeout", "interrupted")
+
+
+class LaunchError(Exception):
+    """A configuration or environment problem found before anything ran (exit code 2)."""
+
+
+@dataclass
+class Fault:
+    """Kill ``rank`` with SIGKILL in ``attempt``: after optimizer step ``step`` (``when="step"``),
+    or half-way through the first ``torch.save`` at or after that step (``when="save"``)."""
+
+    rank: int
+    step: int
+    attempt: int = 0
+    when: str = "step"
+
+
+@dataclass
+class LaunchConfig:
+    script: Path
+    script_args: list[str] = field(default_factory=list)
+    nproc: int = 2
+    nnodes: int = 1
+    rdzv_endpoint: str | None = None  # host:port of the c10d rendezvous; standalone when None
+    rdzv_id: str = "trainwreck"
+    max_restarts: int = 0
+    device: str = "auto"  # auto | cpu | cuda
+    hang_timeout: float = 15.0  # no progress on any rank for this long, after the first step
+    startup_timeout: float = 120.0  # allowance before the first step of each attempt
+    timeout: float | None = None  # wall-clock limit for the whole launch
+    pg_timeout: float = 60.0  # process-group timeout where the script sets none
+    run_dir: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    faults: list[Fault] = field(default_factory=list)
+    cwd: Path | None = None
+
+    def validate(self) -> None:
+        if not self.script.is_file():
+            raise LaunchError(f"script not found: {self.script} (give the path of a Python file)")
+        if self.nproc < 1 or self.nnodes < 1:
+            raise LaunchError("--nproc and --nnodes must be at least 1")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise LaunchError(f"--device {self.device!r}: use auto, cpu or cuda")
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise LaunchError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT")
+        for name in ("hang_timeout", "startup_timeout", "pg_timeout"):
+            if getattr(self, name) <= 0:
+                raise LaunchError(f"--{name.replace('_', '-')} must be positive")
+
+
+@dataclass
+class RunResult:
+    status: str
+    run_dir: Path
+    world_size: int
+    wall_s: float
+    exit_code: int | None
+    ranks: list[dict[str, Any]]
+    hang: dict[str, Any] | None = None
+    failure: dict[str, Any] | None = None
+    device: str = "cpu"
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status, "run_dir": str(self.run_dir), "world_size": self.world_size,
+            "wall_s": round(self.wall_s, 3), "device": self.device, "exit_code": self.exit_code,
+            "ranks": [{k: r.get(k) for k in ("rank", "exit_code", "steps", "steps_per_s",
+                                               "peak_rss_mb", "last_location")} for r in self.ranks],
+            "hang": self.hang, "failure": self.failure,
+        }
+
+
+def gpu_count() -> int:
+    """CUDA devices visible, without importing torch where there is plainly no GPU."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
+        return 0
+    if not (shutil.which("nvidia-smi") or Path("/dev/nvidia0").exists()):
+        return 0
+    out = subprocess.run([sys.executable, "-c", "import torch;print(torch.cuda.device_count())"],
+                         capture_output=True, text=True)
+    return int(out.stdout.strip() or 0) if out.returncode == 0 else 0
+
+
+def resolve_device(requested: str, nproc: int) -> str:
+    if requested == "cpu":
+        return "cpu"
+    n = gpu_count()
+    if requested == "cuda":
+        if n < nproc:
+            raise LaunchError(f"--device cuda needs {nproc} GPUs, {n} visible; "
+                              "lower --nproc or use --device cpu")
+        return "cuda"
+    return "cuda" if n >= nproc else "cpu"
+
+
+def default_run_dir(script: Path) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+    return Path("runs") / f"{script.stem}-{stamp}"
+
+
+def build_command(cfg: LaunchConfig) -> list[str]:
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={cfg.nproc}",
+           f"--nnodes={cfg.nnodes}", f"--max-restarts={cfg.max_restarts}", "--monitor-interval=0.2"]
+    if cfg.rdzv_endpoint:
+        cmd += ["--rdzv-backend=c10d", f"--rdzv-endpoint={cfg.rdzv_endpoint}", f"--rdzv-id={cfg.rdzv_id}"]
+    else:
+        cmd += ["--standalone"]
+    return cmd + ["-m", "harness.bootstrap", str(cfg.script.resolve()), *cfg.script_args]
+
+
+def build_env(cfg: LaunchConfig, run_dir: Path, key: str, device: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(cfg.env)
+    env[rundir.RUN_DIR_ENV] = str(run_dir.resolve())
+    env[rundir.KEY_ENV] = key
+    env["TRAINWRECK_PG_TIMEOUT"] = str(cfg.pg_timeout)
+    env["TRAINWRECK_FAULTS"] = json.dumps([asdict(f) for f in cfg.faults])
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(KIT_ROOT), env.get("PYTHONPATH")) if p)
+    # torch 2.13 + gloo: restarts fail with "connectFullMesh failed" when the rendezvous store is
+    # shared with the workers (see DESIGN.md).
+    env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    if device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+def launch(
+    cfg: LaunchConfig,
+    on_progress: Callable[[Snapshot], None] | None = None,
+    poll_s: float = 0.25,
+) -> RunResult:
+    cfg.validate()
+    device = resolve_device(cfg.device, cfg.nproc)
+    run_dir = (cfg.run_dir or default_run_dir(cfg.script)).resolve()
+    if (run_dir / "run.json").exists():
+        raise LaunchError(f"{run_dir} already holds a run; choose another --run-dir")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    key = rundir.new_key()
+    started = time.time()
+    started_iso = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    cmd = build_command(cfg)
+    monitor = Monitor(run_dir, startup_timeout=cfg.startup_timeout, hang_timeout=cfg.hang_timeout)
+    status, hang, exit_code = "failed", None, None
+    with open(run_dir / "launcher.log", "ab") as log:
+        proc = subprocess.Popen(cmd, env=build_env(cfg, run_dir, key, device), stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                cwd=cfg.cwd, start_new_session=True)
+    tree = ProcessTree(proc.pid)
+    prev_term = _raise_on_sigterm()
+    try:
+        while True:
+            exit_code = proc.poll()
+            tree.refresh()
+            snap = monitor.poll()
+            if on_progress:
+                on_progress(snap)
+            if exit_code is not None:
+                status = "ok" if exit_code == 0 else "failed"
+                break
+            if cfg.timeout and time.time() - started > cfg.timeout:
+                status = "timeout"
+                break
+            if monitor.hung():
+                hang = collect_hang(run_dir, monitor, script=cfg.script.resolve())
+                status = "hung"
+                break
+            time.sleep(poll_s)
+    except KeyboardInterrupt:
+        status = "interrupted"
+    finally:
+        tree.terminate()
+        if proc.poll() is None:
+            proc.wait(timeout=10)
+        exit_code = proc.returncode if exit_code is None else exit_code
+        _restore_sigterm(prev_term)
+        result = _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, device)
+    return result
+
+
+def _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, device) -> RunResult:
+    world_size = cfg.nproc * cfg.nnodes
+    ranks = [observe_rank(run_dir, r, key) for r in rundir.ranks_in(run_dir)]
+    failure = None
+    if status == "failed":
+        bad = [r for r in ranks if r.exit_status in ("exception", "sysexit")] or \
+              [r for r in ranks if r.exit_code is None]
+        if bad:
+            r = bad[0]
+            failure = {"rank": r.rank, "error": _tail(r.error) if r.error else _stderr_tail(run_dir, r.rank)}
+        else:
+            failure = {"rank": None, "error": _tail((run_dir / "launcher.log").read_text(errors="replace"))}
+    result = RunResult(status=status, run_dir=run_dir, world_size=world_size,
+                       wall_s=time.time() - started, exit_code=exit_code,
+                       ranks=[r.public() for r in ranks], hang=hang, failure=failure, device=device)
+    cfg_json = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
+    rundir.atomic_write_json(run_dir / "run.json", {
+        "schema_version": rundir.RUN_SCHEMA_VERSION, "key": key, "started_at": started_iso,
+        "command": build_command(cfg), "config": cfg_json, **result.to_json(),
+    })
+    return result
+
+
+def _tail(text: str, lines: int = 15) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def _stderr_tail(run_dir: Path, rank: int) -> str:
+    path = rundir.rank_dir(run_dir, rank) / rundir.STDERR
+    return _tail(path.read_text(errors="replace")) if path.exists() else ""
+
+
+def _raise_on_sigterm():
+    """Treat SIGTERM like Ctrl-C so the process tree is ended and the run recorded."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        return None
+
+
+def _restore_sigterm(prev) -> None:
+    if prev is not None:
+        signal.signal(signal.SIGTERM, prev)

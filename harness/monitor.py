@@ -1,0 +1,115 @@
+"""Live progress of a launch, read incrementally from the run dir while it runs.
+
+This is for the display and the hang watchdog only: it reads records without verifying them
+(the key stays with the parent until the end) and keeps parent-clock times of each change.
+Grading always re-reads the finished run dir with verification (``harness.observe``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import rundir
+
+
+@dataclass
+class RankProgress:
+    rank: int
+    attempt: int = 0
+    pid: int | None = None
+    steps: int = 0
+    rss_mb: float = 0.0
+    peak_rss_mb: float = 0.0
+    recent: list[float] = field(default_factory=list)  # step timestamps, for steps/s
+    exited: bool = False
+    exit_status: str | None = None
+
+    @property
+    def steps_per_s(self) -> float:
+        r = self.recent[-20:]
+        return (len(r) - 1) / (r[-1] - r[0]) if len(r) > 2 and r[-1] > r[0] else 0.0
+
+
+@dataclass
+class Snapshot:
+    elapsed_s: float
+    attempt: int
+    ranks: list[RankProgress]
+    since_progress_s: float
+    phase: str  # "startup" (no step yet in this attempt) or "running"
+
+
+class Monitor:
+    def __init__(self, run_dir: Path, startup_timeout: float, hang_timeout: float):
+        self.run_dir = run_dir
+        self.startup_timeout = startup_timeout
+        self.hang_timeout = hang_timeout
+        self.started = time.time()
+        self.ranks: dict[int, RankProgress] = {}
+        self._offsets: dict[int, int] = {}
+        self._sizes: dict[Path, int] = {}
+        self.attempt = 0
+        self.attempt_started = self.started
+        self.last_progress = self.started
+        self.stepped_this_attempt = False
+
+    def poll(self) -> Snapshot:
+        now = time.time()
+        for r in rundir.ranks_in(self.run_dir):
+            self._read_events(r, now)
+            rdir = rundir.rank_dir(self.run_dir, r)
+            for name in (rundir.SAMPLES, rundir.COLLECTIVES):
+                p = rdir / name
+                try:
+                    size = p.stat().st_size
+                except FileNotFoundError:
+                    continue
+                if size != self._sizes.get(p, 0):
+                    self._sizes[p] = size
+                    self.last_progress = now
+        return self.snapshot(now)
+
+    def _read_events(self, r: int, now: float) -> None:
+        prog = self.ranks.setdefault(r, RankProgress(rank=r))
+        path = rundir.rank_dir(self.run_dir, r) / rundir.EVENTS
+        recs, self._offsets[r] = rundir.iter_new_lines(path, self._offsets.get(r, 0))
+        for rec in recs:
+            attempt = int(rec.get("attempt", 0))
+            kind = rec.get("kind")
+            if attempt > self.attempt:
+                self.attempt, self.attempt_started = attempt, now
+                self.stepped_this_attempt = False
+            if kind == "start":
+                prog.attempt, prog.pid, prog.steps, prog.recent = attempt, rec.get("pid"), 0, []
+                prog.exited, prog.exit_status = False, None
+            elif kind == "step":
+                prog.steps = int(rec.get("step", prog.steps + 1))
+                prog.rss_mb = float(rec.get("rss_mb", 0.0))
+                prog.peak_rss_mb = max(prog.peak_rss_mb, prog.rss_mb)
+                prog.recent = (prog.recent + [float(rec["t"])])[-50:]
+                if attempt == self.attempt:
+                    self.stepped_this_attempt = True
+            elif kind == "exit":
+                prog.exited, prog.exit_status = True, rec.get("status")
+            self.last_progress = now
+
+    def snapshot(self, now: float | None = None) -> Snapshot:
+        now = now or time.time()
+        return Snapshot(
+            elapsed_s=now - self.started, attempt=self.attempt,
+            ranks=[self.ranks[r] for r in sorted(self.ranks)],
+            since_progress_s=now - self.last_progress,
+            phase="running" if self.stepped_this_attempt else "startup",
+        )
+
+    def hung(self, now: float | None = None) -> bool:
+        now = now or time.time()
+        if not self.stepped_this_attempt:
+            return now - max(self.attempt_started, self.last_progress) > self.startup_timeout
+        return now - self.last_progress > self.hang_timeout
+
+    def live_pids(self) -> dict[int, int]:
+        return {r: p.pid for r, p in self.ranks.items()
+                if p.pid is not None and p.attempt == self.attempt and not p.exited}

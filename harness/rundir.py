@@ -1,0 +1,172 @@
+"""The run dir: where every observation of a launch lands, and how it is read back.
+
+Layout (documented for users in docs/run-dir.md)::
+
+    <run_dir>/
+      run.json                  written by the parent at the end: config, status, per-rank exits, key
+      launcher.log              the elastic launcher's own stdout/stderr
+      hang.json, hang.txt       only when the watchdog fired
+      ranks/<rank>/
+        stdout.log, stderr.log  the rank's output, every attempt, with an attempt header
+        events.jsonl            start / pg_init / step / exit records (signed)
+        collectives.jsonl       Python-level collective trace (signed)
+        samples.jsonl           the sample ledger written by the kit's datasets (signed)
+        stacks.txt              faulthandler dumps, on request
+        final_params.pt         optimizer parameters at exit (its sha256 is in the signed exit event)
+
+Every JSON line written by a rank carries ``mac``: an HMAC of the record under a per-run key that
+the parent hands the rank bootstrap in its environment and the bootstrap removes before the
+user's script runs. The key is written to run.json only after every rank has exited. A line the
+script wrote itself (or edited) fails verification and is reported, never counted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+RUN_SCHEMA_VERSION = 1
+KEY_ENV = "TRAINWRECK_KEY"
+RUN_DIR_ENV = "TRAINWRECK_RUN_DIR"
+
+EVENTS = "events.jsonl"
+COLLECTIVES = "collectives.jsonl"
+SAMPLES = "samples.jsonl"
+STACKS = "stacks.txt"
+STDOUT = "stdout.log"
+STDERR = "stderr.log"
+FINAL_PARAMS = "final_params.pt"
+
+
+def rank_dir(run_dir: Path | str, rank: int) -> Path:
+    return Path(run_dir) / "ranks" / str(rank)
+
+
+def new_key() -> str:
+    return os.urandom(16).hex()
+
+
+def _canonical(record: dict[str, Any]) -> bytes:
+    return json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+
+
+def sign(record: dict[str, Any], key: str) -> str:
+    """One JSON line: the record plus its MAC."""
+    mac = hmac.new(key.encode(), _canonical(record), hashlib.sha256).hexdigest()[:32]
+    return json.dumps({**record, "mac": mac}, sort_keys=True, separators=(",", ":"))
+
+
+class RecordWriter:
+    """Append-only, line-buffered writer of signed records: each line is on disk once written,
+    so a rank killed mid-run leaves its record up to the kill."""
+
+    def __init__(self, path: Path, key: str):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = open(path, "a", buffering=1, encoding="utf-8")
+        self._key = key
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._f.write(sign(record, self._key) + "\n")
+
+    def close(self) -> None:
+        self._f.close()
+
+
+@dataclass
+class Records:
+    valid: list[dict[str, Any]] = field(default_factory=list)
+    forged: int = 0  # lines that are not records we signed (bad MAC, not JSON, truncated)
+
+
+def read_records(path: Path, key: str | None) -> Records:
+    """Verified records of one file. A torn last line (rank killed mid-write) counts as forged
+    only if it is not the last line: a kill can cut the last one short."""
+    out = Records()
+    if not path.exists():
+        return out
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    for n, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            mac = rec.pop("mac")
+        except (ValueError, KeyError, AttributeError):
+            if n != len(lines) - 1:
+                out.forged += 1
+            continue
+        if key is None:
+            out.valid.append(rec)
+            continue
+        want = hmac.new(key.encode(), _canonical(rec), hashlib.sha256).hexdigest()[:32]
+        if hmac.compare_digest(want, str(mac)):
+            out.valid.append(rec)
+        else:
+            out.forged += 1
+    return out
+
+
+def iter_new_lines(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
+    """Unverified records appended since ``offset`` (for live progress only, never grading)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            chunk = f.read()
+    except FileNotFoundError:
+        return [], offset
+    end = chunk.rfind(b"\n")
+    if end < 0:
+        return [], offset
+    recs = []
+    for line in chunk[: end + 1].splitlines():
+        try:
+            recs.append(json.loads(line))
+        except ValueError:
+            continue
+    return recs, offset + end + 1
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write via a temporary file in the same dir and rename: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def load_run(run_dir: Path | str) -> dict[str, Any]:
+    path = Path(run_dir) / "run.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no run.json; the run did not finish writing its record")
+    return json.loads(path.read_text())
+
+
+def ranks_in(run_dir: Path | str) -> Iterator[int]:
+    root = Path(run_dir) / "ranks"
+    if root.exists():
+        yield from sorted(int(p.name) for p in root.iterdir() if p.name.isdigit())

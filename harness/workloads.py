@@ -1,0 +1,140 @@
+"""Deterministic workloads that exercise scripts import instead of downloading data.
+
+Datasets are generated from a seed, so every run sees the same numbers. Under the harness, each
+``__getitem__`` appends ``(attempt, dataset, index, step)`` to the rank's signed sample ledger; the
+grader reads which samples each rank really consumed from there, never from the script. Outside
+the harness the ledger is a no-op and these are plain torch datasets and modules.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from harness import instrument
+
+
+def _record(dataset: str, index: int) -> None:
+    rec = instrument.current()
+    if rec is not None:
+        rec.sample(dataset, index)
+
+
+class SyntheticRegression(Dataset):
+    """``y = x @ w + noise`` with ``x`` standard normal: a fixed, learnable target."""
+
+    def __init__(self, size: int, features: int = 32, targets: int = 1, seed: int = 0,
+                 noise: float = 0.01, name: str = "train"):
+        g = torch.Generator().manual_seed(seed)
+        self.x = torch.randn(size, features, generator=g)
+        w = torch.randn(features, targets, generator=g) / math.sqrt(features)
+        self.y = self.x @ w + noise * torch.randn(size, targets, generator=g)
+        self.name = name
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, index: int):
+        _record(self.name, index)
+        return self.x[index], self.y[index]
+
+
+class SyntheticTokens(Dataset):
+    """Token sequences from a fixed random bigram chain: next-token prediction has real signal."""
+
+    def __init__(self, size: int, seq_len: int = 32, vocab: int = 64, seed: int = 0,
+                 name: str = "train"):
+        g = torch.Generator().manual_seed(seed)
+        logits = torch.randn(vocab, vocab, generator=g) * 3
+        probs = torch.softmax(logits, dim=-1)
+        seqs = torch.empty(size, seq_len + 1, dtype=torch.long)
+        seqs[:, 0] = torch.randint(vocab, (size,), generator=g)
+        for t in range(seq_len):
+            seqs[:, t + 1] = torch.multinomial(probs[seqs[:, t]], 1, generator=g).squeeze(1)
+        self.seqs = seqs
+        self.name = name
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    def __getitem__(self, index: int):
+        _record(self.name, index)
+        s = self.seqs[index]
+        return s[:-1], s[1:]
+
+
+class MLP(nn.Module):
+    def __init__(self, features: int = 32, hidden: int = 128, targets: int = 1, depth: int = 3):
+        super().__init__()
+        layers: list[nn.Module] = []
+        width = features
+        for _ in range(depth - 1):
+            layers += [nn.Linear(width, hidden), nn.GELU()]
+            width = hidden
+        layers.append(nn.Linear(width, targets))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class Block(nn.Module):
+    def __init__(self, d_model: int, n_head: int):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d_model)
+        self.attn = nn.MultiheadAttention(d_model, n_head, batch_first=True)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyTransformer(nn.Module):
+    """A causal decoder small enough that a step is milliseconds on one CPU core."""
+
+    def __init__(self, vocab: int = 64, seq_len: int = 32, d_model: int = 64, n_layer: int = 2,
+                 n_head: int = 4):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d_model)
+        self.pos = nn.Embedding(seq_len, d_model)
+        self.blocks = nn.ModuleList(Block(d_model, n_head) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab, bias=False)
+        self.register_buffer("mask", torch.triu(torch.full((seq_len, seq_len), float("-inf")), 1),
+                             persistent=False)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        t = idx.shape[1]
+        x = self.tok(idx) + self.pos(torch.arange(t, device=idx.device))
+        for block in self.blocks:
+            x = block(x, self.mask[:t, :t])
+        return self.head(self.ln_f(x))
+
+
+def count_params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The fixed size of a piece of training work; the grader checks runs against it."""
+
+    dataset_size: int
+    global_batch: int
+    epochs: int
+    seed: int = 0
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.dataset_size // self.global_batch
+
+    @property
+    def steps(self) -> int:
+        return self.steps_per_epoch * self.epochs
