@@ -1,0 +1,43 @@
+# Two commands on a fresh machine: `make demo` and `make test` (each sets up first).
+#
+# Set-up makes a virtualenv that can see the system's packages, so a torch already installed (a CUDA
+# build, say) is used as it is. Only where no torch is importable does it install TORCH_SPEC, before the
+# kit itself, so pip never resolves the kit's `torch>=2.4` to a multi-GB CUDA build.
+
+PYTHON      ?= python3
+VENV        ?= .venv
+TORCH_SPEC  ?= torch==2.13.0
+# e.g. TORCH_PIP_ARGS="--index-url <your CPU wheel index>" where PyPI's default build is not wanted
+TORCH_PIP_ARGS ?=
+PY          := $(VENV)/bin/python
+TW          := $(VENV)/bin/trainwreck
+
+.PHONY: setup demo test verify ci bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv --system-site-packages $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -c "import torch, sys; print(f'torch {torch.__version__} (cuda: {torch.cuda.is_available()})', file=sys.stderr)"
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(TW) demo
+
+test: setup
+	$(PY) -m pytest
+
+verify: setup
+	$(TW) verify
+
+ci: test verify
+
+bench: setup
+	$(PY) benchmarks/harness_overhead.py
+	$(PY) benchmarks/grading.py
+
+clean:
+	rm -rf $(VENV) runs .trainwreck .pytest_cache
