@@ -191,6 +191,14 @@ def _fix(err: dict[str, Any]) -> str:
     return "fix the value"
 
 
+def describe_validation_error(path: Path, e: ValidationError) -> str:
+    """The first problem as one line, ``<file>: <field>: <problem>; <fix>``, and how many more."""
+    err = e.errors()[0]
+    msg = err["msg"].removeprefix("Value error, ")
+    more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
+    return f"{path}: {_loc(err)}: {msg}; {_fix(err)}{more}"
+
+
 def load_manifest(path: Path) -> Manifest:
     path = Path(path)
     if path.is_dir():
@@ -204,10 +212,7 @@ def load_manifest(path: Path) -> Manifest:
     try:
         m = Manifest.model_validate(data)
     except ValidationError as e:
-        err = e.errors()[0]
-        msg = err["msg"].removeprefix("Value error, ")
-        more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
-        raise ManifestError(f"{path}: {_loc(err)}: {msg}; {_fix(err)}{more}") from None
+        raise ManifestError(describe_validation_error(path, e)) from None
     if m.slug != path.parent.name:
         raise ManifestError(f"{path}: slug: {m.slug!r} differs from its folder {path.parent.name!r}; "
                             "make them the same")
