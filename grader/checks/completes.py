@@ -1,0 +1,28 @@
+"""completes: every rank exits 0 within the time limit, none hung."""
+
+from __future__ import annotations
+
+from grader.checks.base import CheckResult, Context, need
+
+
+def completes(spec, ctx: Context) -> CheckResult:
+    ev = need(ctx, "completes", "main", ok_only=False)
+    if isinstance(ev, CheckResult):
+        return ev
+    codes = {r: o.exit_code for r, o in ev.ranks.items()}
+    evidence = {"status": ev.status, "exit_codes": codes, "wall_s": ev.run.get("wall_s")}
+    if ev.status == "ok" and all(c == 0 for c in codes.values()) and len(codes) == ev.world_size:
+        return CheckResult("completes", True, f"all {len(codes)} ranks exited 0", evidence)
+    if ev.status == "hung":
+        hang = ev.run.get("hang") or {}
+        where = "; ".join(f"rank {r['rank']} blocked at {r.get('blocked_at') or 'unknown'} after step {r['last_step']}"
+                          for r in hang.get("ranks", []) if not r.get("exited"))
+        evidence["hang"] = hang
+        return CheckResult("completes", False, f"no rank made progress for "
+                           f"{hang.get('since_progress_s', '?')} s: {where}", evidence)
+    if ev.status == "timeout":
+        return CheckResult("completes", False, f"the job ran past its {ctx.manifest.run.timeout:.0f} s limit", evidence)
+    failure = ev.run.get("failure") or {}
+    last = (failure.get("error") or "").strip().splitlines()[-1:] or ["no error output"]
+    who = f"rank {failure.get('rank')}" if failure.get("rank") is not None else "the job"
+    return CheckResult("completes", False, f"{who} failed: {last[0]}", evidence)

@@ -1,0 +1,113 @@
+"""sample_partition: which samples each rank really consumed, from the datasets' signed ledger.
+
+Epochs are not taken from the script (whose epoch counter may be the bug): each rank's consumption
+is cut into consecutive shares of ceil(dataset_size / world_size) samples, the amount a correct
+DistributedSampler hands a rank per epoch. Share k of every rank is "epoch k".
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any
+
+from grader.checks.base import CheckResult, Context, need, ranges
+
+# Positions an index may move between two epochs and still count as "the same order": DataLoader
+# workers interleave their batches in the ledger, so equal orders are not always equal lists.
+ORDER_WINDOW = 8
+SAME_ORDER_FRACTION = 0.9
+
+
+def same_order_fraction(a: list[int], b: list[int]) -> float:
+    pos = {x: i for i, x in enumerate(a)}
+    near = sum(1 for j, x in enumerate(b) if x in pos and abs(pos[x] - j) <= ORDER_WINDOW)
+    return near / max(len(b), 1)
+
+
+def sample_partition(spec, ctx: Context) -> CheckResult:
+    name = "sample_partition"
+    ev = need(ctx, name, "main")
+    if isinstance(ev, CheckResult):
+        return ev
+    wl = ctx.manifest.workload
+    n, w = wl.dataset_size, ev.world_size
+    share = math.ceil(n / w)
+    seqs = {r: ev.samples(r, wl.dataset) for r in sorted(ev.ranks)}
+    epochs = min(len(s) for s in seqs.values()) // share
+    evidence: dict[str, Any] = {"dataset_size": n, "world_size": w, "share_per_rank": share,
+                                "samples_per_rank": {r: len(s) for r, s in seqs.items()}, "epochs": epochs}
+    if epochs == 0:
+        return CheckResult(name, False, f"a rank consumed fewer than {share} samples of {wl.dataset!r}, "
+                           "less than one epoch's share", evidence)
+    for e in range(epochs):
+        chunk = {r: s[e * share:(e + 1) * share] for r, s in seqs.items()}
+        counts = Counter(i for c in chunk.values() for i in c)
+        missing = sorted(set(range(n)) - set(counts))
+        dups = sorted(i for i, c in counts.items() if c > 1)
+        extra = sum(c - 1 for c in counts.values())
+        if missing or extra > spec.padding:
+            evidence.update(epoch=e, missing=len(missing), duplicated=len(dups))
+            detail = []
+            if dups:
+                i = dups[0]
+                who = sorted(r for r, c in chunk.items() if i in c)
+                detail.append(f"{len(dups)} indices were consumed more than once (index {i} by ranks "
+                              f"{', '.join(map(str, who))}; duplicates: {ranges(dups)})")
+            if missing:
+                detail.append(f"{len(missing)} of {n} indices were never consumed ({ranges(missing)})")
+            return CheckResult(name, False, f"epoch {e}: " + "; ".join(detail), evidence)
+    for r, s in seqs.items():
+        for e in range(epochs - 1):
+            frac = same_order_fraction(s[e * share:(e + 1) * share], s[(e + 1) * share:(e + 2) * share])
+            if frac >= SAME_ORDER_FRACTION:
+                evidence.update(rank=r, epochs_compared=[e, e + 1], same_order_fraction=round(frac, 3))
+                return CheckResult(name, False, f"rank {r} consumed epochs {e} and {e + 1} in the same order "
+                                   f"({frac:.0%} of indices within {ORDER_WINDOW} positions)", evidence)
+    if spec.resume:
+        return _resume(spec, ctx, seqs, evidence)
+    return CheckResult(name, True, f"{epochs} epochs: each a partition of the {n} samples across {w} ranks, "
+                       "in a new order each epoch", evidence)
+
+
+def _resume(spec, ctx: Context, uninterrupted: dict[int, list[int]], evidence: dict[str, Any]) -> CheckResult:
+    """Across a kill and restart, what the ranks consumed must be what an uninterrupted run consumed:
+    attempt 0 up to the resume point, then attempt 1 to the end, with nothing replayed or skipped."""
+    name = "sample_partition"
+    ev = need(ctx, name, "resume")
+    if isinstance(ev, CheckResult):
+        ev.message = "after a restart: " + ev.message
+        return ev
+    ds = ctx.manifest.workload.dataset
+    attempts = max((o.attempts for o in ev.ranks.values()), default=0)
+    evidence["resume_attempts"] = attempts
+    if attempts < 2:
+        return CheckResult(name, False, f"rank {spec.kill_rank} was to be killed after step {spec.kill_step}, "
+                           "but the job never restarted (it made fewer steps?)", evidence)
+    for r, full in uninterrupted.items():
+        a0, a1 = ev.samples(r, ds, attempt=0), ev.samples(r, ds, attempt=1)
+        k = len(full) - len(a1)
+        evidence.setdefault("resume", {})[r] = {"attempt0": len(a0), "attempt1": len(a1), "resume_at": k}
+        if k < 0:
+            return CheckResult(name, False, f"after the restart rank {r} consumed {len(a1)} samples, more than "
+                               f"the {len(full)} an uninterrupted run consumes in total", evidence)
+        if k > len(a0):
+            return CheckResult(name, False, f"after the restart rank {r} resumed as if {k} samples had been "
+                               f"consumed, but only {len(a0)} were before the kill: "
+                               f"{k - len(a0)} samples were skipped", evidence)
+        if a0[:k] != full[:k]:
+            j = next(i for i, (x, y) in enumerate(zip(a0, full)) if x != y)
+            return CheckResult(name, False, f"before the kill rank {r} already differed from an uninterrupted "
+                               f"run at sample {j}", evidence)
+        if a1 != full[k:]:
+            j = next((i for i, (x, y) in enumerate(zip(a1, full[k:])) if x != y), min(len(a1), len(full) - k))
+            seen = set(a0)
+            replayed = [i for i in a1[j:j + 16] if i in seen]
+            detail = (f"its first samples after the restart ({ranges(a1[j:j + 8])}) include "
+                      f"{len(replayed)} of 16 it had already consumed before the kill" if replayed else
+                      f"it consumed {ranges(a1[j:j + 8])} where an uninterrupted run consumed "
+                      f"{ranges(full[k + j:k + j + 8])}")
+            return CheckResult(name, False, f"after the restart rank {r} diverged from an uninterrupted run "
+                               f"{j} samples after resuming: {detail}", evidence)
+    return CheckResult(name, True, "every epoch partitions the dataset in a new order, and after a kill and "
+                       "restart every rank consumed exactly what an uninterrupted run consumed", evidence)

@@ -1,0 +1,62 @@
+"""workload_intact: the run did the work the manifest says, with the kit's files as shipped.
+
+Everything here comes from the harness's records: steps from the optimizer hook, samples from the
+datasets' ledger, the parameter count from the saved final parameters, the world size from the
+launcher. A submission cannot pass by printing, by shrinking the run, or by writing records itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grader.checks.base import CheckResult, Context, need
+
+
+def workload_intact(spec, ctx: Context) -> CheckResult:
+    name = "workload_intact"
+    problems: list[str] = []
+    forged = {role: ev.forged for role, ev in ctx.runs.items() if ev.forged}
+    if forged:
+        role, count = next(iter(forged.items()))
+        problems.append(f"{count} record lines in the {role} run dir were not written by the harness")
+    if ctx.protected_changed:
+        problems.append(f"protected files differ from the exercise's: {', '.join(ctx.protected_changed)}")
+    ev = need(ctx, name, "main", ok_only=False)
+    if isinstance(ev, CheckResult):
+        return ev
+    wl = ctx.manifest.workload
+    w = ctx.manifest.world_size
+    steps = {r: o.steps for r, o in ev.ranks.items()}
+    samples = {r: len(ev.samples(r, wl.dataset)) for r in ev.ranks}
+    distinct = len({i for r in ev.ranks for i in ev.samples(r, wl.dataset)})
+    params = {r: o.n_params for r, o in ev.ranks.items()}
+    evidence: dict[str, Any] = {"world_size": ev.world_size, "ranks_started": len(ev.ranks), "steps": steps,
+                                "samples": samples, "distinct_samples": distinct, "params": params,
+                                "forged_lines": forged, "protected_changed": ctx.protected_changed}
+    if ev.world_size != w or len(ev.ranks) != w:
+        problems.append(f"the job ran {len(ev.ranks)} ranks (world size {ev.world_size}), the exercise runs {w}")
+    if ev.status == "ok":
+        bad = {r: s for r, s in steps.items() if s != wl.steps}
+        if bad:
+            r, s = next(iter(bad.items()))
+            problems.append(f"rank {r} made {s} optimizer steps; the workload is {wl.steps}")
+        total = sum(samples.values())
+        if total != wl.steps * wl.global_batch:
+            per_step = total / max(sum(steps.values()) / max(len(steps), 1), 1)
+            problems.append(f"the ranks consumed {total} samples in all, {per_step:g} per step; the workload is "
+                            f"{wl.steps} steps of a global batch of {wl.global_batch} "
+                            f"({wl.steps * wl.global_batch} samples)")
+        if distinct != wl.dataset_size:
+            problems.append(f"{distinct} distinct samples of {wl.dataset!r} were consumed; the dataset has "
+                            f"{wl.dataset_size}")
+        bad_p = {r: p for r, p in params.items() if p != wl.params}
+        if bad_p:
+            r, p = next(iter(bad_p.items()))
+            problems.append(f"rank {r} trained {p} parameters; the model has {wl.params}")
+    if problems:
+        return CheckResult(name, False, "; ".join(problems), evidence)
+    if ev.status != "ok":
+        return CheckResult(name, False, f"{ev.describe()} did not complete, so the work done cannot be "
+                           "checked", evidence)
+    return CheckResult(name, True, f"{w} ranks × {wl.steps} steps, {wl.steps * wl.global_batch} samples "
+                       f"covering all {wl.dataset_size}, {wl.params} parameters, files as shipped", evidence)

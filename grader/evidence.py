@@ -1,0 +1,105 @@
+"""Everything a check may look at, loaded from a finished run dir and verified.
+
+Only records signed with the run's key count; lines the script wrote itself are counted as forged.
+Final parameters count only when their sha256 matches the one in the rank's signed exit event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from harness import rundir
+from harness.observe import RankObservation, observe_rank
+
+
+class EnvironmentFailure(Exception):
+    """The harness or the machine failed, not the submission: grading cannot say anything."""
+
+
+@dataclass
+class RunEvidence:
+    role: str
+    run_dir: Path
+    run: dict[str, Any]
+    ranks: dict[int, RankObservation]
+    ledgers: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    forged: int = 0
+
+    @property
+    def status(self) -> str:
+        return self.run.get("status", "unknown")
+
+    @property
+    def world_size(self) -> int:
+        return int(self.run.get("world_size", 0))
+
+    @property
+    def key(self) -> str:
+        return self.run["key"]
+
+    @cached_property
+    def backend(self) -> str | None:
+        """The process-group backend rank 0 initialised, from its signed pg_init event."""
+        recs = rundir.read_records(rundir.rank_dir(self.run_dir, 0) / rundir.EVENTS, self.key)
+        return next((r.get("backend") for r in recs.valid if r.get("kind") == "pg_init"), None)
+
+    def samples(self, rank: int, dataset: str, attempt: int | None = None) -> list[int]:
+        return [r["i"] for r in self.ledgers.get(rank, [])
+                if r.get("ds") == dataset and (attempt is None or r.get("a") == attempt)]
+
+    def params(self, rank: int) -> dict[str, Any] | None:
+        """The rank's final parameters (name -> tensor), or None when absent or not ours."""
+        return self._params.get(rank)
+
+    @cached_property
+    def _params(self) -> dict[int, dict[str, Any]]:
+        import torch
+
+        out = {}
+        for r, obs in self.ranks.items():
+            path = rundir.rank_dir(self.run_dir, r) / rundir.FINAL_PARAMS
+            if not obs.params_sha256 or not path.exists() or rundir.sha256_file(path) != obs.params_sha256:
+                continue
+            out[r] = torch.load(path, map_location="cpu", weights_only=True)
+        return out
+
+    def describe(self) -> str:
+        return f"the {self.role} run ({self.run_dir.name})"
+
+
+def load_run(role: str, run_dir: Path) -> RunEvidence:
+    run_dir = Path(run_dir)
+    try:
+        run = rundir.load_run(run_dir)
+    except (FileNotFoundError, ValueError) as e:
+        raise EnvironmentFailure(f"{role} run: {e}") from None
+    key = run.get("key")
+    if not key:
+        raise EnvironmentFailure(f"{role} run: {run_dir}/run.json has no key; it was not written by the harness")
+    ranks, ledgers, forged = {}, {}, 0
+    for r in rundir.ranks_in(run_dir):
+        obs = observe_rank(run_dir, r, key)
+        ranks[r] = obs
+        forged += obs.forged_lines
+        recs = rundir.read_records(rundir.rank_dir(run_dir, r) / rundir.SAMPLES, key)
+        ledgers[r] = recs.valid
+        forged += recs.forged
+    return RunEvidence(role=role, run_dir=run_dir, run=run, ranks=ranks, ledgers=ledgers, forged=forged)
+
+
+def harness_failed(ev: RunEvidence) -> str | None:
+    """Why a run says nothing about the submission: no rank ever started (the launcher, the
+    rendezvous or the interpreter broke), or the job was interrupted."""
+    if ev.status == "interrupted":
+        return f"{ev.describe()} was interrupted"
+    if not ev.ranks or not any(o.attempts for o in ev.ranks.values()):
+        tail = ""
+        log = ev.run_dir / "launcher.log"
+        if log.exists():
+            lines = log.read_text(errors="replace").strip().splitlines()
+            tail = f": {lines[-1]}" if lines else ""
+        return f"{ev.describe()} never started a rank{tail}"
+    return None

@@ -1,0 +1,84 @@
+"""What is graded: the exercise's files as shipped, with only the editable files taken from the
+candidate's workspace (or the reference solution, or left broken).
+
+Protected files are never taken from the workspace; a workspace whose copy of one differs is
+reported, because a candidate who edited one was working on a different problem.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grader.exercises import Exercise
+
+# Recorded artifacts of the exercise: not inputs of a run.
+NOT_COPIED = {"logs", "baseline.json", "__pycache__"}
+
+
+class SubmissionError(Exception):
+    """The workspace cannot be graded as given (one line, exit 2)."""
+
+
+@dataclass
+class Submission:
+    kind: str  # workspace | solution | broken
+    source: Path
+    dir: Path  # the assembled copy that runs
+    sha256: str  # of the editable files, in manifest order
+    protected_changed: list[str] = field(default_factory=list)
+
+
+def _files(root: Path) -> list[Path]:
+    return sorted(p.relative_to(root) for p in root.rglob("*")
+                  if p.is_file() and not (set(p.relative_to(root).parts) & NOT_COPIED))
+
+
+def _digest(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def source_dir(ex: Exercise, kind: str, workspace: Path | None) -> Path:
+    if kind == "broken":
+        return ex.dir
+    if kind == "solution":
+        if not ex.solution_dir.is_dir():
+            raise SubmissionError(f"{ex.slug} has no reference solution at {ex.solution_dir}")
+        return ex.solution_dir
+    if workspace is None or not Path(workspace).is_dir():
+        raise SubmissionError(f"workspace {workspace} is not a directory; pass --workspace DIR holding "
+                              f"your {', '.join(ex.manifest.editable)}")
+    return Path(workspace)
+
+
+def assemble(ex: Exercise, kind: str, workspace: Path | None, dest: Path) -> Submission:
+    src = source_dir(ex, kind, workspace).resolve()
+    editable = ex.manifest.editable
+    missing = [f for f in editable if not (src / f).is_file()]
+    if missing:
+        raise SubmissionError(f"{src} lacks {', '.join(missing)}; the exercise's editable files must be there")
+    dest.mkdir(parents=True, exist_ok=True)
+    for rel in _files(ex.dir):
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ex.dir / rel, dest / rel)
+    for f in editable:
+        shutil.copy2(src / f, dest / f)
+    changed = []
+    if kind == "workspace":
+        for rel in _files(ex.dir):
+            if str(rel) in editable:
+                continue
+            theirs = src / rel
+            if theirs.is_file() and theirs.read_bytes() != (ex.dir / rel).read_bytes():
+                changed.append(str(rel))
+    return Submission(kind=kind, source=src, dir=dest, sha256=_digest([src / f for f in editable]),
+                      protected_changed=changed)
+
+
+def files_digest(root: Path, names: list[str]) -> str:
+    return _digest([root / n for n in names])

@@ -1,0 +1,62 @@
+"""Throughput measured fairly (DESIGN.md): the broken baseline, the candidate and the reference run
+interleaved in rounds (B C R, B C R, ...) after warm-up rounds, on the same machine in the same
+grading run. The figure is the median of per-round ratios, with its spread; absolute steps/s are
+reported but never graded. Normalised as in RE-Bench: 0 = broken, 1 = reference, floored at 0."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+from grader.evidence import RunEvidence
+
+ROLES = ("broken", "candidate", "reference")
+
+
+@dataclass
+class ThroughputResult:
+    speedup: float  # candidate / broken, median over rounds
+    spread: float  # (max - min) / median of the per-round candidate ratios
+    reference_speedup: float
+    normalized: float
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    suspicious: bool = False
+    counted: bool = False  # only when the workload is intact and the correctness checks pass
+    passed: bool = False
+    pass_speedup: float = 0.0
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def job_rate(ev: RunEvidence) -> float:
+    """A job is as fast as its slowest rank: the minimum of per-rank steps/s."""
+    rates = [o.steps_per_s for o in ev.ranks.values()]
+    return min(rates) if rates else 0.0
+
+
+def measure(run: Callable[[str, str], RunEvidence], rounds: int, warmup_rounds: int,
+            suspicious_factor: float, pass_speedup: float) -> ThroughputResult:
+    """``run(role, tag)`` launches one role and returns its evidence."""
+    for w in range(warmup_rounds):
+        for role in ROLES:
+            run(role, f"warmup{w}")
+    per_round = []
+    for i in range(rounds):
+        rates = {role: job_rate(run(role, f"round{i}")) for role in ROLES}
+        per_round.append(rates)
+    cand = [r["candidate"] / r["broken"] for r in per_round if r["broken"] > 0]
+    ref = [r["reference"] / r["broken"] for r in per_round if r["broken"] > 0]
+    if not cand or not ref:
+        return ThroughputResult(0.0, 0.0, 0.0, 0.0, per_round, note="the broken baseline made no steps")
+    speedup, ref_speedup = statistics.median(cand), statistics.median(ref)
+    spread = (max(cand) - min(cand)) / speedup if speedup else 0.0
+    normalized = max(0.0, (speedup - 1) / (ref_speedup - 1)) if ref_speedup > 1 else 0.0
+    suspicious = ref_speedup > 1 and speedup > suspicious_factor * ref_speedup
+    note = ("speedup far above the reference's: a human should look at how it was achieved"
+            if suspicious else "")
+    return ThroughputResult(round(speedup, 4), round(spread, 4), round(ref_speedup, 4), round(normalized, 4),
+                            per_round, suspicious=suspicious, passed=speedup >= pass_speedup,
+                            pass_speedup=pass_speedup, note=note)
