@@ -153,5 +153,11 @@ def _usage_hint(e: click.ClickException) -> str:
     return f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
 
 
+from grader.cli_grading import COMMANDS  # noqa: E402  (registered after the core commands)
+
+for _command in COMMANDS:
+    cli.add_command(_command)
+
+
 if __name__ == "__main__":
     main()

@@ -83,3 +83,32 @@ def run_summary(res) -> None:
         who = f"rank {res.failure['rank']}" if res.failure.get("rank") is not None else "the launcher"
         text(f"{who} failed; last lines of its error:")
         text(res.failure.get("error") or "(no output)")
+
+
+def grade_summary(res) -> None:
+    rows = []
+    for c in res["checks"]:
+        mark = "pass" if c["passed"] else ("ENV" if c.get("environment") else "FAIL")
+        kind = "required" if c.get("required", True) else "credit"
+        rows.append([c["name"], mark, kind, c["message"]])
+    table(f"{res['exercise']} ({res['submission']['kind']})", ["check", "verdict", "kind", "evidence"], rows)
+    tp = res.get("throughput")
+    if tp:
+        text(f"throughput: {tp['speedup']:.2f}x broken (spread {tp['spread']:.0%}), reference "
+             f"{tp['reference_speedup']:.2f}x, normalised {tp['normalized']:.2f}"
+             + ("  [flagged for review]" if tp.get("suspicious") else ""))
+    if res["environment_failure"]:
+        verdict, colour = "ENVIRONMENT FAILURE (not the submission's fault)", "yellow"
+    else:
+        verdict, colour = ("PASSED", "green") if res["passed"] else ("FAILED", "red")
+    out.print(f"[bold {colour}]{verdict}[/]  score {res['score']:.2f}  "
+              f"({res['timings'].get('total', 0):.0f} s)", markup=True)
+    text(f"result: {res['out_dir']}/result.json")
+
+
+def verify_line(v) -> None:
+    colour = "green" if v["ok"] else "red"
+    out.print(f"[bold {colour}]{'ok' if v['ok'] else 'PROBLEM'}[/] {v['slug']}: broken fails "
+              f"{', '.join(v['broken_failed']) or 'nothing'}; solution score {v['solution_score']}", markup=True)
+    for p in v["problems"]:
+        text(f"    - {p}")

@@ -1,0 +1,101 @@
+"""``trainwreck record``: run an exercise's broken script through the harness and keep what it
+showed as the exercise's ``logs/`` and ``baseline.json``. Nothing in them is written by hand."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import shutil
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from grader.checks.memory import slope
+from grader.evidence import load_run
+from grader.exercises import Exercise
+from grader.grade import run_role
+from harness import rundir
+from harness.observe import median_step_s
+
+BASELINE = "baseline.json"
+LOGS = "logs"
+
+
+def script_sha256(ex: Exercise) -> str:
+    return rundir.sha256_file(ex.script)
+
+
+def record(ex: Exercise, device: str = "auto", progress=lambda s: None) -> dict[str, Any]:
+    m = ex.manifest
+    with tempfile.TemporaryDirectory(prefix=f"trainwreck-record-{m.slug}-") as tmp:
+        run_dir = Path(tmp) / "run"
+        progress(f"running the broken {m.slug} at world size {m.world_size}")
+        ev = run_role(ex, ex.dir, run_dir, "broken", device, m.world_size)
+        baseline = _baseline(ex, ev)
+        staged = ex.dir / f".{LOGS}.new"
+        shutil.rmtree(staged, ignore_errors=True)
+        staged.mkdir()
+        for r in sorted(ev.ranks):
+            for name in (rundir.STDOUT, rundir.STDERR):
+                src = rundir.rank_dir(run_dir, r) / name
+                if src.exists():
+                    shutil.copy2(src, staged / f"rank{r}.{name}")
+        for name in ("hang.txt", "launcher.log"):
+            if (run_dir / name).exists():
+                shutil.copy2(run_dir / name, staged / name)
+        # Swap whole: the old logs stay until the new ones are complete.
+        old = ex.dir / f".{LOGS}.old"
+        shutil.rmtree(old, ignore_errors=True)
+        if (ex.dir / LOGS).exists():
+            os.replace(ex.dir / LOGS, old)
+        os.replace(staged, ex.dir / LOGS)
+        shutil.rmtree(old, ignore_errors=True)
+        rundir.atomic_write_json(ex.dir / BASELINE, baseline)
+    return baseline
+
+
+def _baseline(ex: Exercise, ev) -> dict[str, Any]:
+    m = ex.manifest
+    ranks = {}
+    for r, o in sorted(ev.ranks.items()):
+        mem = o.cuda_alloc_mb or o.rss_mb
+        warm = mem[10:] if len(mem) > 30 else mem
+        ranks[str(r)] = {
+            "exit_code": o.exit_code, "steps": o.steps, "steps_per_s": round(o.steps_per_s, 2),
+            "median_step_ms": round(median_step_s(o) * 1000, 3),
+            "peak_rss_mb": round(o.peak_rss_mb, 1),
+            "memory_slope_mb_per_step": round(slope(warm), 4) if len(warm) > 1 else None,
+            "first_lr": o.lr[0] if o.lr else None, "last_lr": o.lr[-1] if o.lr else None,
+            "last_location": o.last_location,
+        }
+    try:
+        torch_v = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch_v = None
+    return {
+        "exercise": m.slug,
+        "script": m.entry,
+        "script_sha256": script_sha256(ex),
+        "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": f"trainwreck record {m.slug}",
+        "status": ev.status,
+        "wall_s": ev.run.get("wall_s"),
+        "world_size": ev.world_size,
+        "device": ev.run.get("device"),
+        "backend": ev.backend,
+        "torch": torch_v,
+        "machine": {"platform": platform.platform(), "processor": platform.machine(),
+                    "cpu_count": os.cpu_count(), "python": platform.python_version()},
+        "ranks": ranks,
+        "hang": ev.run.get("hang"),
+        "failure": ev.run.get("failure"),
+    }
+
+
+def load_baseline(ex: Exercise) -> dict[str, Any] | None:
+    import json
+
+    path = ex.dir / BASELINE
+    return json.loads(path.read_text()) if path.exists() else None

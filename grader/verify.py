@@ -1,0 +1,82 @@
+"""``trainwreck verify``: the kit's self-check (rustlings' `dev check`). For each exercise: the
+folder is complete, the broken script fails the checks its manifest says it must, the reference
+passes every check, and the recorded logs and baseline come from the current broken script."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grader.exercises import Exercise
+from grader.grade import GradeOptions, grade
+from grader.record import BASELINE, LOGS, load_baseline, script_sha256
+
+
+@dataclass
+class Verification:
+    slug: str
+    problems: list[str] = field(default_factory=list)
+    broken: dict[str, Any] | None = None
+    solution: dict[str, Any] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        return {"slug": self.slug, "ok": self.ok, "problems": self.problems,
+                "broken_failed": [c["name"] for c in (self.broken or {}).get("checks", []) if not c["passed"]],
+                "solution_score": (self.solution or {}).get("score")}
+
+
+def static_problems(ex: Exercise) -> list[str]:
+    m, problems = ex.manifest, []
+    if not ex.brief.is_file():
+        problems.append(f"{ex.dir}/BRIEF.md is missing")
+    if not ex.solution_dir.is_dir():
+        problems.append(f"no reference solution at {ex.solution_dir}")
+        return problems
+    for f in m.editable:
+        if not (ex.solution_dir / f).is_file():
+            problems.append(f"the solution lacks {f} (it must have the exercise's editable file names)")
+    if not (ex.solution_dir / "NOTES.md").is_file():
+        problems.append(f"{ex.solution_dir}/NOTES.md is missing")
+    baseline = load_baseline(ex)
+    if baseline is None or not (ex.dir / LOGS).is_dir():
+        problems.append(f"no recorded {LOGS}/ and {BASELINE}; run `trainwreck record {m.slug}`")
+    elif baseline.get("script_sha256") != script_sha256(ex):
+        problems.append(f"{BASELINE} was recorded from another version of {m.entry}; "
+                        f"run `trainwreck record {m.slug}`")
+    return problems
+
+
+def verify(ex: Exercise, out_dir: Path, device: str = "auto", progress=lambda s: None) -> Verification:
+    v = Verification(ex.slug, static_problems(ex))
+    if not ex.solution_dir.is_dir():
+        return v
+    # The solution first: its run is the reference the broken grading compares with.
+    progress(f"{ex.slug}: grading the reference solution")
+    v.solution = grade(ex, GradeOptions(kind="solution", out_dir=out_dir / "solution", device=device), progress)
+    if v.solution["environment_failure"]:
+        v.problems.append("grading the solution hit an environment failure: "
+                          + _first_failed(v.solution))
+    elif not v.solution["passed"] or any(not c["passed"] for c in v.solution["checks"]):
+        v.problems.append("the reference solution does not pass: " + _first_failed(v.solution))
+    progress(f"{ex.slug}: grading the broken script")
+    v.broken = grade(ex, GradeOptions(kind="broken", out_dir=out_dir / "broken", device=device), progress)
+    failed = {c["name"] for c in v.broken["checks"] if not c["passed"]}
+    for name in ex.manifest.broken_fails:
+        if name not in failed:
+            msg = next((c["message"] for c in v.broken["checks"] if c["name"] == name), "not run")
+            v.problems.append(f"the broken script passes {name}, which it must fail ({msg})")
+    if v.broken["passed"]:
+        v.problems.append("the broken script passes grading")
+    if v.broken["environment_failure"]:
+        v.problems.append("grading the broken script hit an environment failure: " + _first_failed(v.broken))
+    return v
+
+
+def _first_failed(res: dict[str, Any]) -> str:
+    c = next((c for c in res["checks"] if not c["passed"]), None)
+    return f"{c['name']}: {c['message']}" if c else "no check failed"
