@@ -34,6 +34,8 @@ class Workload(_Strict):
     global_batch: int = Field(gt=0)
     steps: int = Field(gt=0, description="optimizer steps per rank in an uninterrupted run")
     params: int = Field(gt=0, description="trainable parameter count of the model")
+    # samples each rank must consume from other datasets (e.g. {val = 49152}): evaluation is work too
+    other_samples_per_rank: dict[str, int] = {}
 
 
 class RunSettings(_Strict):

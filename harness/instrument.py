@@ -74,8 +74,11 @@ class Recorder:
         self._samples: rundir.RecordWriter | None = None
         self._samples_pid = -1
         self.step = 0
-        self.optimizers: "weakref.WeakSet[torch.optim.Optimizer]" = weakref.WeakSet()
-        self._opt_order: list[weakref.ref] = []
+        # Per optimizer seen stepping: a weak ref to it, strong refs to its parameters (a script's
+        # optimizer is often a local of main() and gone by exit; its parameters must not be), and
+        # the step at which it last stepped.
+        self._opts: dict[int, tuple[weakref.ref, list[torch.Tensor], int]] = {}
+        self._names: dict[int, str] = {}  # id(param) -> name, found while the model is alive
         self._last_t = time.time()
         self._proc = psutil.Process()
         self._seq = 0
@@ -97,12 +100,16 @@ class Recorder:
 
     # -- optimizer steps -------------------------------------------------------------------
     def on_step(self, optimizer: torch.optim.Optimizer, skipped: bool = False) -> None:
-        if optimizer is not None and optimizer not in self.optimizers:
-            self.optimizers.add(optimizer)
-            self._opt_order.append(weakref.ref(optimizer))
         if self._in_scaler_step:
             self._scaler_stepped = True
         self.step += 1
+        if optimizer is not None:
+            entry = self._opts.get(id(optimizer))
+            if entry is None or entry[0]() is not optimizer:
+                params = [p for g in optimizer.param_groups for p in g["params"]]
+                entry = (weakref.ref(optimizer), params, self.step)
+                self._names.update(zip(map(id, params), _param_names(params)))
+            self._opts[id(optimizer)] = (entry[0], entry[1], self.step)
         now = time.time()
         rec: dict[str, Any] = {
             "step": self.step,
@@ -145,19 +152,23 @@ class Recorder:
 
     # -- exit ------------------------------------------------------------------------------
     def save_final_params(self) -> dict[str, Any]:
+        # The optimizers still alive, else those that stepped last: an optimizer replaced on
+        # resume, or a model rebuilt, must not contribute stale parameters.
+        entries = list(self._opts.values())
+        alive = [e for e in entries if e[0]() is not None]
+        last = max((e[2] for e in entries), default=0)
+        chosen = alive or [e for e in entries if e[2] == last]
         params, seen = [], set()
-        for ref in self._opt_order:
-            opt = ref()
-            if opt is None:
-                continue
-            for group in opt.param_groups:
-                for p in group["params"]:
-                    if id(p) not in seen:
-                        seen.add(id(p))
-                        params.append(p)
+        for _, plist, _ in chosen:
+            for p in plist:
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    params.append(p)
         if not params:
             return {"n_tensors": 0, "numel": 0}
-        names = _param_names(params)
+        names = [self._names.get(id(p), f"param.{i}") for i, p in enumerate(params)]
+        if len(set(names)) != len(names):
+            names = [f"param.{i}" for i in range(len(params))]
         state = {names[i]: p.detach().to("cpu", copy=True) for i, p in enumerate(params)}
         path = self.dir / rundir.FINAL_PARAMS
         tmp = path.with_suffix(".tmp")

@@ -70,6 +70,8 @@ def matches_reference(spec, ctx: Context) -> CheckResult:
     if not cmp["same_names"] or "shape_mismatch" in cmp:
         return CheckResult(name, False, "the model's parameters are not the reference model's "
                            f"(names or shapes differ: {cmp})", cmp)
+    if cmp["max_abs_diff"] == 0:
+        return CheckResult(name, True, "final parameters are identical to the reference run's", cmp)
     msg = (f"final parameters {'match' if cmp['close'] else 'differ from'} the reference run's: largest "
            f"difference {cmp['max_abs_diff']:.3g} ({cmp['max_rel_diff']:.2%} relative) in "
            f"{cmp['worst_param']}; tolerance rtol={spec.rtol:g}, atol={spec.atol:g}")

@@ -49,6 +49,13 @@ def workload_intact(spec, ctx: Context) -> CheckResult:
         if distinct != wl.dataset_size:
             problems.append(f"{distinct} distinct samples of {wl.dataset!r} were consumed; the dataset has "
                             f"{wl.dataset_size}")
+        for ds, want in wl.other_samples_per_rank.items():
+            got = {r: len(ev.samples(r, ds)) for r in ev.ranks}
+            evidence.setdefault("other_samples", {})[ds] = got
+            off = {r: n for r, n in got.items() if n != want}
+            if off:
+                r, n = next(iter(off.items()))
+                problems.append(f"rank {r} consumed {n} samples of {ds!r}; the workload is {want}")
         bad_p = {r: p for r, p in params.items() if p != wl.params}
         if bad_p:
             r, p = next(iter(bad_p.items()))

@@ -1,0 +1,126 @@
+"""
+Regression MLP trained with DDP, with a held-out loss tracked through the run for the end-of-run
+report.
+
+Launch (one process per GPU, or per CPU core with gloo):
+
+    torchrun --standalone --nproc-per-node 2 train.py
+"""
+
+import json
+import os
+import resource
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+from harness.workloads import MLP, SyntheticRegression
+
+# -----------------------------------------------------------------------------
+# data
+DATASET_SIZE = 4096
+VAL_SIZE = 4096
+FEATURES = 32
+# optimisation
+GLOBAL_BATCH = 64  # samples per optimizer step, summed over ranks
+VAL_BATCH = 512
+EPOCHS = 3
+LEARNING_RATE = 3e-3
+WEIGHT_DECAY = 0.01
+# model
+HIDDEN = 256
+DEPTH = 3
+# bookkeeping
+EVAL_INTERVAL = 2  # steps between held-out evaluations
+LOG_INTERVAL = 16
+OUT_DIR = "out"
+SEED = 1337
+# -----------------------------------------------------------------------------
+
+
+def memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main() -> None:
+    dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+    rank = dist.get_rank()
+    world_size = dist.get_world_size()
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    master_process = rank == 0
+    if torch.cuda.is_available():
+        device = torch.device(f"cuda:{local_rank}")
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    assert GLOBAL_BATCH % world_size == 0, "GLOBAL_BATCH must divide evenly across ranks"
+    batch_size = GLOBAL_BATCH // world_size
+
+    torch.manual_seed(SEED)
+    train_set = SyntheticRegression(DATASET_SIZE, FEATURES, seed=SEED, name="train")
+    val_set = SyntheticRegression(VAL_SIZE, FEATURES, seed=SEED + 1, name="val")
+    sampler = DistributedSampler(train_set, shuffle=True, seed=SEED, drop_last=True)
+    loader = DataLoader(train_set, batch_size=batch_size, sampler=sampler, drop_last=True)
+    val_loader = DataLoader(val_set, batch_size=VAL_BATCH, shuffle=False)
+
+    model = MLP(FEATURES, HIDDEN, 1, DEPTH).to(device)
+    raw_model = model
+    model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=WEIGHT_DECAY)
+
+    history = {"train": [], "val": []}
+    val_iter = iter(val_loader)
+    step = 0
+    t0 = time.time()
+    for epoch in range(EPOCHS):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            loss = F.mse_loss(model(x), y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            step += 1
+            history["train"].append(loss.item())
+
+            if step % EVAL_INTERVAL == 0:
+                try:
+                    xv, yv = next(val_iter)
+                except StopIteration:
+                    val_iter = iter(val_loader)
+                    xv, yv = next(val_iter)
+                xv, yv = xv.to(device), yv.to(device)
+                val_loss = F.mse_loss(raw_model(xv), yv)
+                history["val"].append(val_loss)
+
+            if master_process and step % LOG_INTERVAL == 0:
+                val = history["val"][-1].item() if history["val"] else float("nan")
+                dt = (time.time() - t0) / LOG_INTERVAL
+                t0 = time.time()
+                print(f"epoch {epoch} step {step:4d} | loss {loss.item():.4f} | val {val:.4f} | "
+                      f"{dt * 1000:.1f} ms/step | mem {memory_mb(device):.0f} MB", flush=True)
+
+    if master_process:
+        os.makedirs(OUT_DIR, exist_ok=True)
+        tmp = os.path.join(OUT_DIR, "ckpt.pt.tmp")
+        torch.save({"model": raw_model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, tmp)
+        os.replace(tmp, os.path.join(OUT_DIR, "ckpt.pt"))
+        report = {
+            "steps": step,
+            "final_train_loss": sum(history["train"][-LOG_INTERVAL:]) / LOG_INTERVAL,
+            "final_val_loss": float(torch.stack(history["val"][-8:]).mean()),
+        }
+        with open(os.path.join(OUT_DIR, "report.json"), "w") as f:
+            json.dump(report, f, indent=2)
+        print(f"done: {json.dumps(report)}", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
