@@ -10,18 +10,20 @@ from typing import Any, Iterator
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def error(msg: str) -> None:
-    err.print(f"[bold red]error:[/] {msg}", markup=True)
+    err.print(f"[bold red]error:[/] {escape(msg)}", markup=True)
 
 
 def warn(msg: str) -> None:
-    err.print(f"[yellow]warning:[/] {msg}", markup=True)
+    err.print(f"[yellow]warning:[/] {escape(msg)}", markup=True)
 
 
 def info(msg: str) -> None:
@@ -38,11 +40,11 @@ def text(msg: str, style: str | None = None) -> None:
 
 
 def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> None:
-    t = Table(title=title, title_justify="left", show_lines=False)
+    t = Table(title=Text(title) if title else None, title_justify="left", show_lines=False)
     for c in columns:
         t.add_column(c)
     for r in rows:
-        t.add_row(*("" if v is None else str(v) for v in r))
+        t.add_row(*(Text("" if v is None else str(v)) for v in r))  # cells are data, never markup
     out.print(t)
 
 

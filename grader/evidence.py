@@ -67,7 +67,7 @@ class RunEvidence:
         return out
 
     def describe(self) -> str:
-        return f"the {self.role} run ({self.run_dir.name})"
+        return f"the {self.role} run"
 
 
 def load_run(role: str, run_dir: Path) -> RunEvidence:

@@ -94,6 +94,9 @@ class CheckpointValid(_Check):
     path: str
     key: str | None = None  # where the model state dict sits inside the checkpoint, if nested
     require_keys: list[str] = []  # other top-level keys the checkpoint must hold (e.g. "scaler")
+    # top-level values (metrics, counters) that must equal the reference run's checkpoint: what a
+    # collective in the checkpoint path computes cannot be dropped without this check noticing
+    reference_keys: list[str] = []
     rtol: float = Field(1e-5, ge=0)
     atol: float = Field(1e-6, ge=0)
 

@@ -143,10 +143,16 @@ class Recorder:
             })
             self._tls.depth = 1
             try:
-                return fn(*args, **kwargs)
+                out = fn(*args, **kwargs)
+            except BaseException as e:  # a timeout or a peer that died: where it happened matters
+                self.collectives.write({"a": self.attempt, "seq": seq, "ph": "error", "t": time.time(),
+                                        "err": f"{type(e).__name__}: {str(e)[-300:]}"})
+                raise
+            else:
+                self.collectives.write({"a": self.attempt, "seq": seq, "ph": "exit", "t": time.time()})
+                return out
             finally:
                 self._tls.depth = 0
-                self.collectives.write({"a": self.attempt, "seq": seq, "ph": "exit", "t": time.time()})
         traced.__trainwreck_wrapped__ = True
         return traced
 

@@ -219,7 +219,10 @@ def _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, de
     ranks = [observe_rank(run_dir, r, key) for r in rundir.ranks_in(run_dir)]
     failure = None
     if status == "failed":
-        bad = [r for r in ranks if r.exit_status in ("exception", "sysexit")] or \
+        # The rank that failed first is the cause; the others usually die of its absence
+        # ("Connection closed by peer").
+        bad = sorted((r for r in ranks if r.exit_status in ("exception", "sysexit")),
+                     key=lambda r: r.exit_t or float("inf")) or \
               [r for r in ranks if r.exit_code is None]
         if bad:
             r = bad[0]

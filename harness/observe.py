@@ -21,6 +21,7 @@ class RankObservation:
     attempts: int = 0
     exit_code: int | None = None
     exit_status: str | None = None
+    exit_t: float | None = None  # wall time of the exit record: who failed first
     error: str | None = None
     steps: int = 0  # iterations in the last attempt (GradScaler-skipped steps included)
     steps_total: int = 0  # over every attempt
@@ -32,7 +33,7 @@ class RankObservation:
     lr: list[list[float]] = field(default_factory=list)
     last_location: str | None = None
     last_collective: dict[str, Any] | None = None
-    pending_collective: dict[str, Any] | None = None  # entered, never returned
+    pending_collective: dict[str, Any] | None = None  # entered, and never returned or raised
     n_collectives: int = 0
     forged_lines: int = 0
     params_sha256: str | None = None
@@ -70,6 +71,7 @@ def observe_rank(run_dir: Path, rank: int, key: str | None) -> RankObservation:
         elif r.get("kind") == "exit" and r.get("attempt") == last:
             obs.exit_code = r.get("code")
             obs.exit_status = r.get("status")
+            obs.exit_t = r.get("t")
             obs.error = r.get("error")
             obs.params_sha256 = r.get("params_sha256")
             obs.n_params = int(r.get("numel", 0))
@@ -85,7 +87,11 @@ def observe_rank(run_dir: Path, rank: int, key: str | None) -> RankObservation:
             done = entered.pop(r["seq"], None)
             if done:
                 obs.last_collective = done
-    if entered:
+        elif r.get("ph") == "error":
+            failed = entered.pop(r["seq"], None)
+            if failed:
+                obs.pending_collective = {**failed, "error": r.get("err")}
+    if entered:  # entered and never left: blocked there when the rank was stopped
         obs.pending_collective = entered[max(entered)]
     blocked = obs.pending_collective or obs.last_collective
     obs.last_location = blocked.get("site") if blocked else None

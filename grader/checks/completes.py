@@ -25,4 +25,15 @@ def completes(spec, ctx: Context) -> CheckResult:
     failure = ev.run.get("failure") or {}
     last = (failure.get("error") or "").strip().splitlines()[-1:] or ["no error output"]
     who = f"rank {failure.get('rank')}" if failure.get("rank") is not None else "the job"
-    return CheckResult("completes", False, f"{who} failed: {last[0]}", evidence)
+    inside = [f"rank {r} was inside {o.pending_collective['op']} called at {_short(o.pending_collective['site'])}"
+              for r, o in sorted(ev.ranks.items()) if o.pending_collective]
+    where = f" ({'; '.join(inside)})" if inside else ""
+    evidence["pending_collectives"] = {r: o.pending_collective for r, o in ev.ranks.items() if o.pending_collective}
+    return CheckResult("completes", False, f"{who} failed: {last[0]}{where}", evidence)
+
+
+def _short(site: str | None) -> str:
+    """file:line relative to the run's submission dir, which every rank shares."""
+    if not site:
+        return "an unknown site"
+    return "/".join(site.split("/")[-1:])

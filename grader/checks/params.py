@@ -155,4 +155,25 @@ def checkpoint_valid(spec, ctx: Context) -> CheckResult:
     if not cmp["close"]:
         return CheckResult(name, False, f"the checkpoint at {spec.path} is not the final model: largest "
                            f"difference {cmp.get('max_abs_diff', float('nan')):.3g} in {cmp.get('worst_param')}", evidence)
-    return CheckResult(name, True, f"the checkpoint at {spec.path} loads and holds the final parameters", evidence)
+    if spec.reference_keys:
+        ref = need(ctx, name, "reference")
+        if isinstance(ref, CheckResult):
+            return ref
+        theirs = torch.load(Path(ref.run_dir) / "work" / spec.path, map_location="cpu", weights_only=True)
+        for k in spec.reference_keys:
+            mine_v, ref_v = ckpt.get(k), theirs.get(k)
+            evidence.setdefault("reference_values", {})[k] = {"submission": _scalar(mine_v), "reference": _scalar(ref_v)}
+            if mine_v is None or not torch.allclose(torch.as_tensor(mine_v, dtype=torch.float64),
+                                                    torch.as_tensor(ref_v, dtype=torch.float64),
+                                                    rtol=1e-4, atol=1e-6):
+                return CheckResult(name, False, f"the checkpoint's {k!r} is {_scalar(mine_v)}; the reference run's "
+                                   f"checkpoint records {_scalar(ref_v)}", evidence)
+    what = " and " + ", ".join(spec.reference_keys) + " as in the reference run" if spec.reference_keys else ""
+    return CheckResult(name, True, f"the checkpoint at {spec.path} loads and holds the final parameters{what}",
+                       evidence)
+
+
+def _scalar(v: Any) -> Any:
+    if hasattr(v, "tolist"):
+        v = v.tolist()
+    return round(v, 6) if isinstance(v, float) else v

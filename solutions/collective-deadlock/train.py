@@ -1,0 +1,142 @@
+"""
+Tiny causal transformer trained with DDP on a synthetic token stream, with periodic evaluation and
+checkpoints.
+
+Launch (one process per GPU, or per CPU core with gloo):
+
+    torchrun --standalone --nproc-per-node 2 train.py
+"""
+
+import math
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+from harness.workloads import SyntheticTokens, TinyTransformer
+
+# -----------------------------------------------------------------------------
+# data
+DATASET_SIZE = 2048
+VAL_SIZE = 256
+SEQ_LEN = 32
+VOCAB = 64
+# optimisation
+GLOBAL_BATCH = 32  # sequences per optimizer step, summed over ranks
+EPOCHS = 2
+LEARNING_RATE = 1e-3
+WARMUP_STEPS = 10
+# model
+D_MODEL = 64
+N_LAYER = 2
+N_HEAD = 4
+# checkpoints and logging
+CKPT_INTERVAL = 32
+LOG_INTERVAL = 8
+OUT_DIR = "out"
+SEED = 1337
+# -----------------------------------------------------------------------------
+
+
+def lr_at(step: int, total: int) -> float:
+    if step < WARMUP_STEPS:
+        return LEARNING_RATE * (step + 1) / WARMUP_STEPS
+    progress = (step - WARMUP_STEPS) / max(1, total - WARMUP_STEPS)
+    return LEARNING_RATE * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+@torch.no_grad()
+def evaluate(model, loader, device) -> float:
+    """Mean token loss over the whole validation set (each rank scores its shard)."""
+    model.eval()
+    totals = torch.zeros(2, device=device)
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        logits = model(x)
+        totals[0] += F.cross_entropy(logits.view(-1, VOCAB), y.view(-1), reduction="sum")
+        totals[1] += y.numel()
+    dist.all_reduce(totals)
+    model.train()
+    return (totals[0] / totals[1]).item()
+
+
+def save_checkpoint(path, model, optimizer, step, val_loader, device) -> float:
+    """Score the model, write a checkpoint atomically, and wait until it is on disk.
+
+    Every rank must call this: the evaluation and the barrier are collectives. Only rank 0 writes.
+    """
+    val_loss = evaluate(model, val_loader, device)
+    if dist.get_rank() == 0:
+        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                 "val_loss": val_loss}
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        torch.save(state, path + ".tmp")
+        os.replace(path + ".tmp", path)
+    dist.barrier()
+    return val_loss
+
+
+def main() -> None:
+    dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+    rank = dist.get_rank()
+    world_size = dist.get_world_size()
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    master_process = rank == 0
+    if torch.cuda.is_available():
+        device = torch.device(f"cuda:{local_rank}")
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    assert GLOBAL_BATCH % world_size == 0, "GLOBAL_BATCH must divide evenly across ranks"
+    batch_size = GLOBAL_BATCH // world_size
+
+    torch.manual_seed(SEED)
+    train_set = SyntheticTokens(DATASET_SIZE, SEQ_LEN, VOCAB, seed=SEED, name="train")
+    val_set = SyntheticTokens(VAL_SIZE, SEQ_LEN, VOCAB, seed=SEED + 1, name="val")
+    sampler = DistributedSampler(train_set, shuffle=True, seed=SEED, drop_last=True)
+    loader = DataLoader(train_set, batch_size=batch_size, sampler=sampler, drop_last=True)
+    val_loader = DataLoader(val_set, batch_size=64, sampler=DistributedSampler(val_set, shuffle=False))
+
+    model = TinyTransformer(VOCAB, SEQ_LEN, D_MODEL, N_LAYER, N_HEAD).to(device)
+    raw_model = model
+    model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.1)
+    total_steps = EPOCHS * len(loader)
+    ckpt_path = os.path.join(OUT_DIR, "ckpt.pt")
+
+    step = 0
+    t0 = time.time()
+    for epoch in range(EPOCHS):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, total_steps)
+            logits = model(x)
+            loss = F.cross_entropy(logits.view(-1, VOCAB), y.view(-1))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            step += 1
+
+            if master_process and step % LOG_INTERVAL == 0:
+                dt = (time.time() - t0) / LOG_INTERVAL
+                t0 = time.time()
+                print(f"epoch {epoch} step {step:4d} | loss {loss.item():.4f} | "
+                      f"lr {optimizer.param_groups[0]['lr']:.2e} | {dt * 1000:.1f} ms/step", flush=True)
+            if step % CKPT_INTERVAL == 0 or step == total_steps:
+                val_loss = save_checkpoint(ckpt_path, raw_model, optimizer, step, val_loader, device)
+                if master_process:
+                    print(f"step {step:4d} | val loss {val_loss:.4f} | saved {ckpt_path}", flush=True)
+
+    if master_process:
+        print(f"done after {step} steps", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
