@@ -26,7 +26,8 @@ def compare(a: dict[str, Any], b: dict[str, Any], rtol: float, atol: float) -> d
                     "shapes": [list(x.shape), list(y.shape)]}
         diff = (x - y).abs()
         abs_max = float(diff.max()) if diff.numel() else 0.0
-        rel = float((diff / y.abs().clamp_min(1e-12)).max()) if diff.numel() else 0.0
+        # relative to the tensor's size, not element-wise: near-zero elements make those meaningless
+        rel = float((x - y).norm() / y.norm().clamp_min(1e-12)) if diff.numel() else 0.0
         if not torch.allclose(x, y, rtol=rtol, atol=atol):
             close = False
         if abs_max > worst_abs:
@@ -73,7 +74,7 @@ def matches_reference(spec, ctx: Context) -> CheckResult:
     if cmp["max_abs_diff"] == 0:
         return CheckResult(name, True, "final parameters are identical to the reference run's", cmp)
     msg = (f"final parameters {'match' if cmp['close'] else 'differ from'} the reference run's: largest "
-           f"difference {cmp['max_abs_diff']:.3g} ({cmp['max_rel_diff']:.2%} relative) in "
+           f"difference {cmp['max_abs_diff']:.3g} ({cmp['max_rel_diff']:.2%} of its norm) in "
            f"{cmp['worst_param']}; tolerance rtol={spec.rtol:g}, atol={spec.atol:g}")
     return CheckResult(name, cmp["close"], msg, cmp)
 
@@ -96,10 +97,14 @@ def world_size_equivalence(spec, ctx: Context) -> CheckResult:
         cmp = compare(runs[n], runs[first], spec.rtol, spec.atol)
         evidence[f"{first}_vs_{n}"] = cmp
         if not cmp["close"]:
-            detail = (f"largest difference {cmp['max_abs_diff']:.3g} ({cmp['max_rel_diff']:.2%} relative) in "
+            detail = (f"largest difference {cmp['max_abs_diff']:.3g} ({cmp['max_rel_diff']:.2%} of its norm) in "
                       f"{cmp['worst_param']}" if cmp.get("same_names") else "the parameter sets differ")
-            return CheckResult(name, False, f"at the same global batch, world size {n} ends at different "
-                               f"parameters from world size {first}: {detail}", evidence)
+            steps = {k: max((o.steps for o in ctx.runs["main" if k == ctx.manifest.world_size else f"ws{k}"]
+                             .ranks.values()), default=0) for k in (first, n)}
+            evidence["steps"] = steps
+            return CheckResult(name, False, f"run at world size {n}, the script ends at different parameters "
+                               f"from world size {first}: {detail} (steps per rank: "
+                               f"{steps[first]} at world size {first}, {steps[n]} at {n})", evidence)
     return CheckResult(name, True, f"world sizes {', '.join(map(str, spec.world_sizes))} end at the same "
                        f"parameters within rtol={spec.rtol:g}, atol={spec.atol:g}", evidence)
 
