@@ -27,6 +27,7 @@ class RunEvidence:
     ranks: dict[int, RankObservation]
     ledgers: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     forged: int = 0
+    _events: dict[int, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
 
     @property
     def status(self) -> str:
@@ -45,6 +46,13 @@ class RunEvidence:
         """The process-group backend rank 0 initialised, from its signed pg_init event."""
         recs = rundir.read_records(rundir.rank_dir(self.run_dir, 0) / rundir.EVENTS, self.key)
         return next((r.get("backend") for r in recs.valid if r.get("kind") == "pg_init"), None)
+
+    def events(self, rank: int) -> list[dict[str, Any]]:
+        """The rank's verified event records, every attempt."""
+        if rank not in self._events:
+            path = rundir.rank_dir(self.run_dir, rank) / rundir.EVENTS
+            self._events[rank] = rundir.read_records(path, self.key).valid
+        return self._events[rank]
 
     def samples(self, rank: int, dataset: str, attempt: int | None = None) -> list[int]:
         return [r["i"] for r in self.ledgers.get(rank, [])

@@ -50,19 +50,21 @@ def plan_roles(m: Manifest) -> dict[str, dict[str, Any]]:
     sp = m.check("sample_partition")
     if sp and sp.resume:
         roles["resume"] = {"nproc": m.world_size, "max_restarts": 1,
-                           "faults": [Fault(rank=sp.kill_rank, step=sp.kill_step)]}
+                           "faults": [Fault(rank=sp.kill_rank, step=sp.kill_step)],
+                           "env": {"TRAINWRECK_FINGERPRINT": "1"}}
     return roles
 
 
 def run_role(ex: Exercise, script_dir: Path, run_dir: Path, role: str, device: str, nproc: int,
-             max_restarts: int = 0, faults: list[Fault] | None = None) -> RunEvidence:
+             max_restarts: int = 0, faults: list[Fault] | None = None,
+             env: dict[str, str] | None = None) -> RunEvidence:
     m = ex.manifest
     (run_dir / "work").mkdir(parents=True, exist_ok=True)
     cfg = LaunchConfig(script=script_dir / m.entry, script_args=list(m.run.args), nproc=nproc,
                        max_restarts=max_restarts, device=device, hang_timeout=m.run.hang_timeout,
                        startup_timeout=m.run.startup_timeout, timeout=m.run.timeout,
                        pg_timeout=m.run.pg_timeout, run_dir=run_dir, cwd=run_dir / "work",
-                       faults=list(faults or []))
+                       faults=list(faults or []), env=dict(env or {}))
     launch(cfg)
     return load_run(role, run_dir)
 

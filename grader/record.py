@@ -15,7 +15,7 @@ from typing import Any
 from grader.checks.memory import slope
 from grader.evidence import load_run
 from grader.exercises import Exercise
-from grader.grade import run_role
+from grader.grade import plan_roles, run_role
 from harness import rundir
 from harness.observe import median_step_s
 
@@ -31,8 +31,11 @@ def record(ex: Exercise, device: str = "auto", progress=lambda s: None) -> dict[
     m = ex.manifest
     with tempfile.TemporaryDirectory(prefix=f"trainwreck-record-{m.slug}-") as tmp:
         run_dir = Path(tmp) / "run"
-        progress(f"running the broken {m.slug} at world size {m.world_size}")
-        ev = run_role(ex, ex.dir, run_dir, "broken", device, m.world_size)
+        # Where grading kills and restarts the job, so does the recording: the restart is the symptom.
+        settings = plan_roles(m).get("resume", {"nproc": m.world_size})
+        progress(f"running the broken {m.slug} at world size {m.world_size}"
+                 + (" (killed and restarted once)" if "faults" in settings else ""))
+        ev = run_role(ex, ex.dir, run_dir, "broken", device, **settings)
         baseline = _baseline(ex, ev)
         staged = ex.dir / f".{LOGS}.new"
         shutil.rmtree(staged, ignore_errors=True)
@@ -81,6 +84,7 @@ def _baseline(ex: Exercise, ev) -> dict[str, Any]:
         "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": f"trainwreck record {m.slug}",
         "status": ev.status,
+        "restarts": max((o.attempts for o in ev.ranks.values()), default=1) - 1,
         "wall_s": ev.run.get("wall_s"),
         "world_size": ev.world_size,
         "device": ev.run.get("device"),

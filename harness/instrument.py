@@ -27,7 +27,7 @@ from typing import Any
 import psutil
 import torch
 import torch.distributed as dist
-from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from harness import rundir
 
@@ -86,6 +86,15 @@ class Recorder:
         self._lock = threading.Lock()
         self._in_scaler_step = False
         self._scaler_stepped = False
+        # Parameter fingerprints per step (only when asked: each costs a device sync). They let the
+        # grader find which earlier step a resumed attempt restarted from, without the script.
+        self.fingerprints = os.environ.pop("TRAINWRECK_FINGERPRINT", "0") == "1"
+        self._fp0_done = False
+
+    def before_step(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.fingerprints and not self._fp0_done:
+            self._fp0_done = True
+            self.event("fingerprint0", fp=fingerprint(optimizer))
 
     # -- records ---------------------------------------------------------------------------
     def event(self, kind: str, **fields: Any) -> None:
@@ -121,6 +130,8 @@ class Recorder:
             rec["lr"] = [float(g.get("lr", 0.0)) for g in optimizer.param_groups]
         if skipped:
             rec["skipped"] = True
+        if self.fingerprints and optimizer is not None:
+            rec["fp"] = fingerprint(optimizer)
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             rec["cuda_alloc_mb"] = torch.cuda.memory_allocated() / 2**20
             rec["cuda_max_alloc_mb"] = torch.cuda.max_memory_allocated() / 2**20
@@ -187,6 +198,15 @@ class Recorder:
         }
 
 
+def fingerprint(optimizer: torch.optim.Optimizer) -> float:
+    """A cheap summary of the parameters: the first elements of each, summed in float64. Any real
+    update changes it; a checkpoint round trip (bit-exact) does not."""
+    with torch.no_grad():
+        vals = [p.detach().reshape(-1)[:8].double().sum()
+                for g in optimizer.param_groups for p in g["params"] if p.numel()]
+        return float(torch.stack(vals).sum().cpu()) if vals else 0.0
+
+
 def _describe(args, kwargs) -> tuple[list, str | None]:
     shapes, dtype = [], None
     for a in list(args) + list(kwargs.values()):
@@ -234,6 +254,7 @@ def install(run_dir: Path, rank: int, key: str, attempt: int, pg_timeout_s: floa
     rec = Recorder(run_dir, rank, key, attempt)
     _recorder = rec
 
+    register_optimizer_step_pre_hook(lambda opt, a, k: rec.before_step(opt))
     register_optimizer_step_post_hook(lambda opt, a, k: rec.on_step(opt))
 
     # GradScaler.step skips optimizer.step on inf/nan gradients; that is still an iteration.

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.checks.base import CheckResult, Context, need
-from grader.evidence import RunEvidence
+from grader.evidence import RunEvidence, harness_failed
 
 WRAPPER_PREFIXES = ("module.", "_orig_mod.")
 
@@ -66,6 +66,18 @@ def matches_reference(spec, ctx: Context) -> CheckResult:
     if isinstance(theirs, CheckResult):
         theirs.environment = True
         return theirs
+    # A run that was killed and resumed must end where an uninterrupted one does.
+    resumed = ctx.runs.get("resume")
+    if resumed is not None and resumed.status == "ok" and not harness_failed(resumed):
+        after = _ranks_agree(resumed, name)
+        if isinstance(after, CheckResult):
+            return after
+        rc = compare(after, theirs, spec.rtol, spec.atol)
+        if not rc["close"]:
+            detail = (f"largest difference {rc['max_abs_diff']:.3g} in {rc['worst_param']}"
+                      if rc.get("same_names") else "the parameter sets differ")
+            return CheckResult(name, False, "the run that was killed and restarted ends at different "
+                               f"parameters from the reference's uninterrupted run: {detail}", {"resume": rc})
     cmp = compare(mine, theirs, spec.rtol, spec.atol)
     cmp.update(rtol=spec.rtol, atol=spec.atol)
     if not cmp["same_names"] or "shape_mismatch" in cmp:

@@ -70,14 +70,37 @@ def sample_partition(spec, ctx: Context) -> CheckResult:
                        "in a new order each epoch", evidence)
 
 
+def _resume_point(ev, rank: int) -> int | None:
+    """The attempt-0 step whose parameters attempt 1 started from, found by fingerprint (the
+    bootstrap records one before the first step of each attempt and after every step): 0 when it
+    started from scratch, None when it started from a state the job never reached."""
+    fps = {0: {}, 1: {}}
+    start = {}
+    for r in ev.events(rank):
+        a = r.get("attempt")
+        if a not in (0, 1):
+            continue
+        if r.get("kind") == "fingerprint0":
+            start[a] = r["fp"]
+        elif r.get("kind") == "step" and "fp" in r:
+            fps[a][r["fp"]] = r["step"]
+    if 1 not in start:
+        return None
+    if start[1] == start.get(0):
+        return 0
+    return fps[0].get(start[1])
+
+
 def _resume(spec, ctx: Context, uninterrupted: dict[int, list[int]], evidence: dict[str, Any]) -> CheckResult:
-    """Across a kill and restart, what the ranks consumed must be what an uninterrupted run consumed:
-    attempt 0 up to the resume point, then attempt 1 to the end, with nothing replayed or skipped."""
+    """Across a kill and restart, the ranks must consume what an uninterrupted run consumes: attempt
+    0 up to the step the job resumed from, then attempt 1 to the end, nothing replayed or skipped.
+    The resume step comes from parameter fingerprints, not from anything the script says."""
     name = "sample_partition"
     ev = need(ctx, name, "resume")
     if isinstance(ev, CheckResult):
         ev.message = "after a restart: " + ev.message
         return ev
+    main = ctx.runs["main"]
     ds = ctx.manifest.workload.dataset
     attempts = max((o.attempts for o in ev.ranks.values()), default=0)
     evidence["resume_attempts"] = attempts
@@ -85,29 +108,34 @@ def _resume(spec, ctx: Context, uninterrupted: dict[int, list[int]], evidence: d
         return CheckResult(name, False, f"rank {spec.kill_rank} was to be killed after step {spec.kill_step}, "
                            "but the job never restarted (it made fewer steps?)", evidence)
     for r, full in uninterrupted.items():
-        a0, a1 = ev.samples(r, ds, attempt=0), ev.samples(r, ds, attempt=1)
-        k = len(full) - len(a1)
-        evidence.setdefault("resume", {})[r] = {"attempt0": len(a0), "attempt1": len(a1), "resume_at": k}
-        if k < 0:
-            return CheckResult(name, False, f"after the restart rank {r} consumed {len(a1)} samples, more than "
-                               f"the {len(full)} an uninterrupted run consumes in total", evidence)
-        if k > len(a0):
-            return CheckResult(name, False, f"after the restart rank {r} resumed as if {k} samples had been "
-                               f"consumed, but only {len(a0)} were before the kill: "
-                               f"{k - len(a0)} samples were skipped", evidence)
-        if a0[:k] != full[:k]:
-            j = next(i for i, (x, y) in enumerate(zip(a0, full)) if x != y)
-            return CheckResult(name, False, f"before the kill rank {r} already differed from an uninterrupted "
-                               f"run at sample {j}", evidence)
-        if a1 != full[k:]:
-            j = next((i for i, (x, y) in enumerate(zip(a1, full[k:])) if x != y), min(len(a1), len(full) - k))
-            seen = set(a0)
-            replayed = [i for i in a1[j:j + 16] if i in seen]
-            detail = (f"its first samples after the restart ({ranges(a1[j:j + 8])}) include "
-                      f"{len(replayed)} of 16 it had already consumed before the kill" if replayed else
-                      f"it consumed {ranges(a1[j:j + 8])} where an uninterrupted run consumed "
+        steps = main.ranks[r].steps
+        per_step = len(full) // steps if steps else 0
+        c = _resume_point(ev, r)
+        a1 = ev.samples(r, ds, attempt=1)
+        info = evidence.setdefault("resume", {})
+        info[r] = {"resumed_from_step": c, "attempt1_samples": len(a1), "samples_per_step": per_step}
+        if c is None:
+            return CheckResult(name, False, f"after the restart rank {r} started from parameters the job never "
+                               "had before the kill (not the initial ones, nor those after any step)", evidence)
+        k = c * per_step
+        a0 = [x["i"] for x in ev.ledgers.get(r, []) if x.get("ds") == ds and x.get("a") == 0 and x.get("s", 0) < c]
+        if a0 != full[:k]:
+            return CheckResult(name, False, f"before the kill rank {r} consumed something other than an "
+                               f"uninterrupted run in its first {c} steps", evidence)
+        if a1 == full[k:]:
+            continue
+        j = next((i for i, (x, y) in enumerate(zip(a1, full[k:])) if x != y), min(len(a1), len(full) - k))
+        seen = [x["i"] for x in ev.ledgers.get(r, []) if x.get("ds") == ds and x.get("a") == 0]
+        replayed = [i for i in a1[j:j + per_step] if i in set(seen)]
+        if replayed and len(a1) > len(full) - k:
+            detail = (f"its samples from there ({ranges(a1[j:j + 8])}, ...) had already been consumed and "
+                      f"trained on before the kill; {len(a1) - (len(full) - k)} samples were replayed")
+        elif len(a1) < len(full) - k:
+            detail = f"it consumed {len(a1)} samples, where an uninterrupted run consumes {len(full) - k}: samples were skipped"
+        else:
+            detail = (f"it consumed {ranges(a1[j:j + 8])} where an uninterrupted run consumes "
                       f"{ranges(full[k + j:k + j + 8])}")
-            return CheckResult(name, False, f"after the restart rank {r} diverged from an uninterrupted run "
-                               f"{j} samples after resuming: {detail}", evidence)
+        return CheckResult(name, False, f"the job resumed from the state after step {c}, but rank {r} did not "
+                           f"continue the uninterrupted sequence {j} samples into the restart: {detail}", evidence)
     return CheckResult(name, True, "every epoch partitions the dataset in a new order, and after a kill and "
-                       "restart every rank consumed exactly what an uninterrupted run consumed", evidence)
+                       "restart every rank consumed exactly what an uninterrupted run consumes", evidence)
