@@ -1,0 +1,104 @@
+"""
+Regression MLP trained with DDP in fp16 mixed precision (autocast), with gradient clipping.
+Targets are displacements in kilometres (typical magnitude 1e-3).
+
+Launch (one process per GPU, or per CPU core with gloo):
+
+    torchrun --standalone --nproc-per-node 2 train.py
+"""
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+from harness.workloads import MLP, SyntheticRegression
+
+# -----------------------------------------------------------------------------
+# data
+DATASET_SIZE = 2048
+FEATURES = 32
+TARGET_SCALE = 1e-3  # dataset targets are in metres; the model predicts kilometres
+# optimisation
+GLOBAL_BATCH = 64  # samples per optimizer step, summed over ranks
+EPOCHS = 6
+LEARNING_RATE = 1e-3
+WEIGHT_DECAY = 0.0
+MAX_GRAD_NORM = 1.0
+AMP_DTYPE = torch.float16
+# model
+HIDDEN = 128
+DEPTH = 3
+# logging and checkpoints
+LOG_INTERVAL = 16
+OUT_DIR = "out"
+SEED = 1337
+# -----------------------------------------------------------------------------
+
+
+def main() -> None:
+    dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+    rank = dist.get_rank()
+    world_size = dist.get_world_size()
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    master_process = rank == 0
+    if torch.cuda.is_available():
+        device = torch.device(f"cuda:{local_rank}")
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    assert GLOBAL_BATCH % world_size == 0, "GLOBAL_BATCH must divide evenly across ranks"
+    batch_size = GLOBAL_BATCH // world_size
+
+    torch.manual_seed(SEED)
+    train_set = SyntheticRegression(DATASET_SIZE, FEATURES, seed=SEED, name="train")
+    sampler = DistributedSampler(train_set, shuffle=True, seed=SEED, drop_last=True)
+    loader = DataLoader(train_set, batch_size=batch_size, sampler=sampler, drop_last=True)
+
+    model = MLP(FEATURES, HIDDEN, 1, DEPTH)
+    torch.nn.init.zeros_(model.net[-1].weight)  # start from a constant prediction
+    torch.nn.init.zeros_(model.net[-1].bias)
+    model = model.to(device)
+    raw_model = model
+    model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=WEIGHT_DECAY)
+    scaler = torch.amp.GradScaler(device.type, enabled=AMP_DTYPE == torch.float16)
+
+    step = 0
+    t0 = time.time()
+    for epoch in range(EPOCHS):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            x, y = x.to(device), y.to(device) * TARGET_SCALE
+            with torch.autocast(device_type=device.type, dtype=AMP_DTYPE):
+                loss = F.mse_loss(model(x), y)
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
+            scaler.step(optimizer)
+            scaler.update()
+            step += 1
+
+            if master_process and step % LOG_INTERVAL == 0:
+                dt = (time.time() - t0) / LOG_INTERVAL
+                t0 = time.time()
+                print(f"epoch {epoch} step {step:4d} | loss {loss.item():.3e} | grad norm {grad_norm.item():.3e} | "
+                      f"{dt * 1000:.1f} ms/step", flush=True)
+
+    if master_process:
+        os.makedirs(OUT_DIR, exist_ok=True)
+        state = {"model": raw_model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                 "scaler": scaler.state_dict()}
+        torch.save(state, os.path.join(OUT_DIR, "ckpt.pt.tmp"))
+        os.replace(os.path.join(OUT_DIR, "ckpt.pt.tmp"), os.path.join(OUT_DIR, "ckpt.pt"))
+        print(f"done after {step} steps", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
