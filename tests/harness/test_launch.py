@@ -1,0 +1,174 @@
+"""The harness on real 2-rank gloo jobs: outcomes become statuses, every rank is observed from
+outside the script, and nothing is left running afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness import rundir
+from harness.launch import Fault, LaunchConfig, launch
+from harness.observe import observe_rank
+from tests.conftest import FIXTURES, assert_nothing_left
+
+pytestmark = pytest.mark.slow
+
+
+def run(tmp_path: Path, script: str, *args: str, **cfg):
+    cfg.setdefault("run_dir", tmp_path / "run")
+    cfg.setdefault("cwd", tmp_path)
+    res = launch(LaunchConfig(script=FIXTURES / script, script_args=list(args), **cfg))
+    assert_nothing_left(str(FIXTURES / script))
+    return res
+
+
+@pytest.fixture(scope="module")
+def ok_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ok")
+    return run(tmp, "ddp_ok.py", "--steps", "12")
+
+
+def test_plain_ddp_script_is_observed_without_changes(ok_run):
+    assert ok_run.status == "ok" and ok_run.exit_code == 0
+    assert [r["steps"] for r in ok_run.ranks] == [12, 12]
+    assert all(r["exit_code"] == 0 and r["steps_per_s"] > 0 and r["peak_rss_mb"] > 0 for r in ok_run.ranks)
+
+
+def test_final_params_are_saved_and_equal_across_ranks(ok_run):
+    p0 = torch.load(rundir.rank_dir(ok_run.run_dir, 0) / rundir.FINAL_PARAMS)
+    p1 = torch.load(rundir.rank_dir(ok_run.run_dir, 1) / rundir.FINAL_PARAMS)
+    assert set(p0) == {"0.weight", "0.bias", "2.weight", "2.bias"}  # DDP's "module." stripped
+    assert all(torch.equal(p0[k], p1[k]) for k in p0)
+
+
+def test_collective_trace_names_the_scripts_call_site(ok_run):
+    key = rundir.load_run(ok_run.run_dir)["key"]
+    obs = observe_rank(ok_run.run_dir, 0, key)
+    assert obs.n_collectives == 3  # the script's all_reduce at steps 0, 4, 8; DDP's own are C++
+    assert obs.last_collective["op"] == "all_reduce"
+    assert obs.last_collective["site"].endswith("ddp_ok.py:32")
+
+
+def test_default_pg_timeout_is_applied_only_when_the_script_sets_none(ok_run, tmp_path):
+    key = rundir.load_run(ok_run.run_dir)["key"]
+    events = rundir.read_records(rundir.rank_dir(ok_run.run_dir, 0) / rundir.EVENTS, key).valid
+    pg = next(e for e in events if e["kind"] == "pg_init")
+    assert pg["timeout_s"] == 60 and not pg["timeout_from_script"] and pg["backend"] == "gloo"
+    own = run(tmp_path, "own_timeout.py")
+    key = rundir.load_run(own.run_dir)["key"]
+    events = rundir.read_records(rundir.rank_dir(own.run_dir, 0) / rundir.EVENTS, key).valid
+    pg = next(e for e in events if e["kind"] == "pg_init")
+    assert pg["timeout_s"] == 123 and pg["timeout_from_script"]
+
+
+def test_forged_lines_are_not_counted(ok_run, tmp_path):
+    key = rundir.load_run(ok_run.run_dir)["key"]
+    events = rundir.rank_dir(ok_run.run_dir, 0) / rundir.EVENTS
+    before = observe_rank(ok_run.run_dir, 0, key)
+    with open(events, "a") as f:  # what a script could append: plausible, but not signed
+        f.write(json.dumps({"kind": "step", "attempt": 0, "step": 13, "t": time.time(), "mac": "0" * 32}) + "\n")
+        f.write(rundir.sign({"kind": "step", "attempt": 0, "step": 14, "t": time.time()}, "not-the-key") + "\n")
+    after = observe_rank(ok_run.run_dir, 0, key)
+    assert after.steps == before.steps == 12
+    assert after.forged_lines == before.forged_lines + 2
+
+
+def test_crash_on_one_rank_names_it_with_its_traceback(tmp_path):
+    res = run(tmp_path, "crash.py")
+    assert res.status == "failed"
+    assert res.failure["rank"] == 1
+    assert "ValueError: synthetic failure on rank 1 at step 3" in res.failure["error"]
+
+
+def test_hang_is_reported_with_each_ranks_blocked_line(tmp_path):
+    res = run(tmp_path, "hang.py", hang_timeout=4)
+    assert res.status == "hung"
+    sites = {r["rank"]: r["blocked_at"] for r in res.hang["ranks"]}
+    assert sites[0].endswith("hang.py:19")  # the rank-0-only barrier
+    assert sites[1].endswith("hang.py:17")  # the all_reduce rank 1 waits in
+    assert res.hang["ranks"][0]["pending_collective"]["op"] == "barrier"
+    assert (res.run_dir / "hang.txt").read_text().count("blocked at") == 2
+    # Complete within hang-timeout + 10 s of the last progress, by the run's own records.
+    key = rundir.load_run(res.run_dir)["key"]
+    last = max(r["t"] for rank in (0, 1)
+               for r in rundir.read_records(rundir.rank_dir(res.run_dir, rank) / rundir.COLLECTIVES, key).valid)
+    assert (res.run_dir / "hang.json").stat().st_mtime - last <= 4 + 10
+
+
+def test_leak_shows_in_per_step_rss(tmp_path):
+    res = run(tmp_path, "leak.py")
+    assert res.status == "ok"
+    key = rundir.load_run(res.run_dir)["key"]
+    rss = observe_rank(res.run_dir, 0, key).rss_mb
+    assert len(rss) == 60 and rss[-1] - rss[10] > 20  # ~1 MB per step
+
+
+def test_wall_clock_timeout(tmp_path):
+    res = run(tmp_path, "slow.py", timeout=8, hang_timeout=30)
+    assert res.status == "timeout"
+
+
+def test_gradscaler_skipped_steps_are_iterations(tmp_path):
+    res = run(tmp_path, "nan_scaler.py")
+    assert res.status == "ok"
+    key = rundir.load_run(res.run_dir)["key"]
+    steps = [e for e in rundir.read_records(rundir.rank_dir(res.run_dir, 0) / rundir.EVENTS, key).valid
+             if e["kind"] == "step"]
+    assert len(steps) == 10
+    assert steps[0].get("skipped") and not steps[-1].get("skipped")
+
+
+def test_fault_kills_a_rank_and_the_launcher_restarts_the_job(tmp_path):
+    res = run(tmp_path, "ddp_ok.py", "--steps", "12", max_restarts=1, faults=[Fault(rank=1, step=5)])
+    assert res.status == "ok"
+    key = rundir.load_run(res.run_dir)["key"]
+    obs = observe_rank(res.run_dir, 1, key)
+    assert obs.attempts == 2 and obs.steps == 12 and obs.steps_total == 5 + 12
+
+
+def test_fault_during_save_leaves_a_torn_file(tmp_path):
+    res = run(tmp_path, "torn_save.py", faults=[Fault(rank=0, step=3, when="save")])
+    assert res.status == "failed"
+    with pytest.raises(Exception):
+        torch.load(tmp_path / "ckpt.pt")
+
+
+def test_two_launchers_rendezvous_over_loopback(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "grader.cli", "run", str(FIXTURES / "ddp_ok.py"), "--nproc", "1",
+           "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}", "--json"]
+    procs = [subprocess.Popen(cmd + ["--run-dir", str(tmp_path / f"node{i}")], stdout=subprocess.PIPE,
+                              cwd=tmp_path, text=True) for i in range(2)]
+    outs = [json.loads(p.communicate(timeout=150)[0]) for p in procs]
+    assert [o["status"] for o in outs] == ["ok", "ok"]
+    assert sorted(o["ranks"][0]["rank"] for o in outs) == [0, 1]
+    assert all(o["world_size"] == 2 and o["ranks"][0]["steps"] == 12 for o in outs)
+    assert_nothing_left(str(FIXTURES / "ddp_ok.py"))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_ends_every_rank_and_records_the_run(tmp_path, sig):
+    cmd = [sys.executable, "-m", "grader.cli", "run", str(FIXTURES / "slow.py"), "--json",
+           "--run-dir", str(tmp_path / "run")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, text=True)
+    deadline = time.time() + 60
+    events = tmp_path / "run" / "ranks" / "1" / "events.jsonl"
+    while time.time() < deadline and not (events.exists() and '"step"' in events.read_text()):
+        time.sleep(0.2)
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert json.loads(out)["status"] == "interrupted"
+    assert rundir.load_run(tmp_path / "run")["status"] == "interrupted"
+    assert_nothing_left(str(FIXTURES / "slow.py"))
