@@ -41,8 +41,8 @@ def text(msg: str, style: str | None = None) -> None:
 
 def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> None:
     t = Table(title=Text(title) if title else None, title_justify="left", show_lines=False)
-    for c in columns:
-        t.add_column(c)
+    for i, c in enumerate(columns):
+        t.add_column(c, no_wrap=i == 0)  # the key column (slug, check, rank) stays whole
     for r in rows:
         t.add_row(*(Text("" if v is None else str(v)) for v in r))  # cells are data, never markup
     out.print(t)

@@ -85,8 +85,8 @@ class Records:
 
 
 def read_records(path: Path, key: str | None) -> Records:
-    """Verified records of one file. A torn last line (rank killed mid-write) counts as forged
-    only if it is not the last line: a kill can cut the last one short."""
+    """Verified records of one file. A line that is not JSON counts as forged unless it is the
+    last one, which a kill can cut short."""
     out = Records()
     if not path.exists():
         return out
@@ -96,11 +96,14 @@ def read_records(path: Path, key: str | None) -> Records:
             continue
         try:
             rec = json.loads(line)
-            mac = rec.pop("mac")
-        except (ValueError, KeyError, AttributeError):
-            if n != len(lines) - 1:
+        except ValueError:
+            if n != len(lines) - 1:  # only the last line can be cut short by a kill
                 out.forged += 1
             continue
+        if not isinstance(rec, dict) or "mac" not in rec:
+            out.forged += 1
+            continue
+        mac = rec.pop("mac")
         if key is None:
             out.valid.append(rec)
             continue

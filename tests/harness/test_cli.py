@@ -1,0 +1,111 @@
+"""`trainwreck run`, `list` and `show` from the outside: exit codes, JSON shape, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES, REPO
+
+GOOD = (REPO / "exercises" / "memory-leak" / "exercise.toml").read_text()
+
+
+def tw(*args, cwd=None, env=None):
+    return subprocess.run([sys.executable, "-m", "grader.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, env={**os.environ, **(env or {})}, timeout=300)
+
+
+@pytest.mark.slow
+def test_run_json_has_the_documented_shape(tmp_path):
+    p = tw("run", str(FIXTURES / "ddp_ok.py"), "--json", "--run-dir", str(tmp_path / "r"), "--", "--steps", "6")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert {"status", "run_dir", "world_size", "wall_s", "ranks", "hang"} <= set(out)
+    assert out["status"] == "ok" and out["world_size"] == 2 and out["hang"] is None
+    for r in out["ranks"]:
+        assert set(r) == {"rank", "exit_code", "steps", "steps_per_s", "peak_rss_mb", "last_location"}
+        assert r["steps"] == 6 and r["exit_code"] == 0
+
+
+@pytest.mark.slow
+def test_run_exits_1_when_the_job_fails(tmp_path):
+    p = tw("run", str(FIXTURES / "crash.py"), "--run-dir", str(tmp_path / "r"))
+    assert p.returncode == 1
+    assert "rank 1 failed" in p.stdout and "synthetic failure" in p.stdout
+
+
+@pytest.mark.parametrize("args, says", [
+    (["run", "no_such_script.py"], "script not found: no_such_script.py"),
+    (["run", "no-such-exercise"], "no exercise 'no-such-exercise'"),
+    (["run", str(FIXTURES / "ddp_ok.py"), "--nproc", "0"], "Invalid value for '--nproc'"),
+    (["run", str(FIXTURES / "ddp_ok.py"), "--device", "tpu"], "Invalid value for '--device'"),
+    (["run", str(FIXTURES / "ddp_ok.py"), "--nnodes", "2"], "--nnodes > 1 needs --rdzv-endpoint"),
+    (["run", str(FIXTURES / "ddp_ok.py"), "--bogus"], "No such option '--bogus'"),
+    (["show", "nope"], "no exercise 'nope'"),
+    (["grade", "memory-leak"], "give --workspace DIR"),
+    (["grade", "memory-leak", "--workspace", "/nonexistent"], "is not a directory"),
+    (["regrade", "/nonexistent/result.json"], "not found"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, says):
+    p = tw(*args, cwd=tmp_path)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and says in lines[0], p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def _home_with(tmp_path: Path, manifest: str, slug: str = "memory-leak") -> Path:
+    home = tmp_path / "home"
+    d = home / "exercises" / slug
+    d.mkdir(parents=True)
+    (d / "train.py").write_text("print('hi')\n")
+    (d / "exercise.toml").write_text(manifest)
+    return home
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda s: s + "\n[[[", "not valid TOML"),
+    (lambda s: s.replace('title = "Memory that only goes up"\n', ""), "title: Field required; add it"),
+    (lambda s: s.replace("minutes = 45", "minutes = 45\ncolour = 'red'"), "colour: Extra inputs are not permitted; remove it"),
+    (lambda s: s.replace("minutes = 45", 'minutes = "soon"'), "minutes: Input should be a valid integer"),
+    (lambda s: s.replace('name = "memory_flat"', 'name = "memory_flatt"'), "checks[1]: Input tag 'memory_flatt'"),
+    (lambda s: s.replace('slug = "memory-leak"', 'slug = "other"'), "slug: 'other' differs from its folder"),
+    (lambda s: s.replace('editable = ["train.py"]', 'editable = ["train.py", "data.py"]'), "editable: 'data.py' is not a file"),
+    (lambda s: s.replace('broken_fails = ["memory_flat"]', 'broken_fails = ["throughput"]'), "broken_fails names 'throughput'"),
+    (lambda s: s.replace("format_version = 1", "format_version = 2"), "unsupported format_version 2"),
+])
+def test_malformed_manifest_names_file_field_and_fix(tmp_path, edit, says):
+    home = _home_with(tmp_path, edit(GOOD))
+    p = tw("show", "memory-leak", env={"TRAINWRECK_HOME": str(home)})
+    assert p.returncode == 2
+    line = p.stderr.strip()
+    assert "\n" not in line and str(home / "exercises" / "memory-leak" / "exercise.toml") in line and says in line, line
+
+
+def test_list_shows_good_exercises_and_warns_about_bad_ones(tmp_path):
+    home = _home_with(tmp_path, GOOD)
+    bad = home / "exercises" / "broken-one"
+    bad.mkdir()
+    (bad / "exercise.toml").write_text("format_version = 1\n")
+    p = tw("list", env={"TRAINWRECK_HOME": str(home)})
+    assert p.returncode == 0
+    assert "memory-leak" in p.stdout and "broken-one" not in p.stdout
+    assert "broken-one/exercise.toml" in p.stderr and "Field required" in p.stderr
+
+
+def test_list_with_no_exercises(tmp_path):
+    p = tw("list", env={"TRAINWRECK_HOME": str(tmp_path)})
+    assert p.returncode == 0 and "no exercises found" in p.stdout
+
+
+def test_shipped_exercises_all_load():
+    p = tw("list")
+    assert p.returncode == 0 and not p.stderr.strip(), p.stderr
+    for slug in ("memory-leak", "sampler-replay", "collective-deadlock", "amp-no-scaler", "lr-scaling"):
+        assert slug in p.stdout
