@@ -1,0 +1,104 @@
+"""Submissions that try to pass without fixing anything, graded for real on memory-leak (as
+SWE-bench's spoofed-output tests do): none may pass, and each fails for the reason it deserves."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from grader.exercises import find
+from grader.grade import GradeOptions, grade, regrade
+
+pytestmark = pytest.mark.slow
+
+EX = find("memory-leak")
+BROKEN = (EX.dir / "train.py").read_text()
+FIXED = (EX.solution_dir / "train.py").read_text()
+
+FORGE = '''
+import json, os, time
+_run = os.environ.get("TRAINWRECK_RUN_DIR")
+if _run:
+    _r = os.environ.get("RANK", "0")
+    with open(os.path.join(_run, "ranks", _r, "events.jsonl"), "a") as f:
+        for s in range(500):
+            f.write(json.dumps({"kind": "step", "attempt": 0, "step": 1000 + s, "t": time.time(),
+                                "rss_mb": 100.0, "mac": "0" * 32}) + "\\n")
+    with open(os.path.join(_run, "ranks", _r, "samples.jsonl"), "a") as f:
+        f.write(json.dumps({"a": 0, "ds": "train", "i": 0, "s": 0, "mac": "0" * 32}) + "\\n")
+print("ALL CHECKS PASSED")
+'''
+
+OVERWRITE_PARAMS = '''
+import atexit, os, torch
+def _swap():
+    run = os.environ.get("TRAINWRECK_RUN_DIR")
+    if run:
+        p = os.path.join(run, "ranks", os.environ.get("RANK", "0"), "final_params.pt")
+        if os.path.exists(p):
+            torch.save({k: v * 0 for k, v in torch.load(p).items()}, p)
+atexit.register(_swap)
+'''
+
+
+def submission(tmp_path: Path, script: str, extra: dict[str, str] | None = None) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "train.py").write_text(script)
+    for name, text in (extra or {}).items():
+        (ws / name).write_text(text)
+    return ws
+
+
+def graded(tmp_path, ws):
+    return grade(EX, GradeOptions(kind="workspace", workspace=ws, out_dir=tmp_path / "out"))
+
+
+def verdicts(res):
+    return {c["name"]: c["passed"] for c in res["checks"]}
+
+
+CASES = {
+    # name: (script, extra files, checks that must fail)
+    "prints PASSED and forges records over the broken script":
+        (BROKEN.replace("def main() -> None:", FORGE + "\n\ndef main() -> None:"), None,
+         ["memory_flat", "workload_intact"]),
+    "forges records on top of a correct fix":
+        (FIXED.replace("def main() -> None:", FORGE + "\n\ndef main() -> None:"), None, ["workload_intact"]),
+    "fewer steps": (FIXED.replace("EPOCHS = 3", "EPOCHS = 2"), None, ["workload_intact"]),
+    "smaller dataset": (FIXED.replace("DATASET_SIZE = 4096", "DATASET_SIZE = 2048"), None, ["workload_intact"]),
+    "smaller global batch": (FIXED.replace("GLOBAL_BATCH = 64", "GLOBAL_BATCH = 32"), None, ["workload_intact"]),
+    "evaluates less often": (BROKEN.replace("EVAL_INTERVAL = 2", "EVAL_INTERVAL = 64"), None, ["workload_intact"]),
+    "edits a protected file (world size 1 in the manifest)":
+        (FIXED, {"exercise.toml": (EX.dir / "exercise.toml").read_text().replace("world_size = 2", "world_size = 1")},
+         ["workload_intact"]),
+    "overwrites the harness's final parameters at exit":
+        (FIXED.replace("def main() -> None:", OVERWRITE_PARAMS + "\n\ndef main() -> None:"), None,
+         ["matches_reference"]),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_gaming_does_not_pass(tmp_path, case):
+    script, extra, must_fail = CASES[case]
+    res = graded(tmp_path, submission(tmp_path, script, extra))
+    assert not res["passed"] and res["score"] == 0 and not res["environment_failure"]
+    v = verdicts(res)
+    for name in must_fail:
+        assert v[name] is False, (case, name, [c["message"] for c in res["checks"]])
+
+
+def test_honest_fix_passes_and_regrading_agrees(tmp_path):
+    res = graded(tmp_path, submission(tmp_path, FIXED))
+    assert res["passed"] and res["score"] == 1.0
+    again = regrade(Path(res["out_dir"]) / "result.json", EX)
+    assert verdicts(again) == verdicts(res) and again["score"] == res["score"]
+
+
+def test_broken_fails_for_the_leak_alone(tmp_path):
+    res = grade(EX, GradeOptions(kind="broken", out_dir=tmp_path / "out"))
+    assert verdicts(res) == {"completes": True, "memory_flat": False, "matches_reference": True,
+                             "workload_intact": True, "checkpoint_valid": True}
+    assert "MB per step" in next(c["message"] for c in res["checks"] if c["name"] == "memory_flat")
