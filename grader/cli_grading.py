@@ -79,6 +79,10 @@ def regrade_cmd(result_json, as_json):
     except ValueError as e:
         raise click.UsageError(str(e))
     res = regrade(result_json, find(old["exercise"]))
+    out = Path(result_json)
+    out = (out if out.is_dir() else out.parent) / f"regrade-{datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
+    results.write(out, res)  # beside the original, which stays as it was
+    console.info(f"re-graded from stored runs: {out}")
     if as_json:
         console.emit_json(_public(res))
     else:

@@ -54,6 +54,11 @@ class RunEvidence:
             self._events[rank] = rundir.read_records(path, self.key).valid
         return self._events[rank]
 
+    def collective_records(self, rank: int) -> list[dict[str, Any]]:
+        """The rank's verified collective trace, every attempt."""
+        path = rundir.rank_dir(self.run_dir, rank) / rundir.COLLECTIVES
+        return rundir.read_records(path, self.key).valid
+
     def samples(self, rank: int, dataset: str, attempt: int | None = None) -> list[int]:
         return [r["i"] for r in self.ledgers.get(rank, [])
                 if r.get("ds") == dataset and (attempt is None or r.get("a") == attempt)]

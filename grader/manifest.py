@@ -101,13 +101,22 @@ class CheckpointValid(_Check):
     atol: float = Field(1e-6, ge=0)
 
 
+class CollectivesPerStep(_Check):
+    """Python-level collectives per optimizer step (DDP's C++ bucket all-reduces are not traced, so
+    a DDP script counts 0 here; a hand-written bucketed sync counts 1)."""
+
+    name: Literal["collectives_per_step"]
+    max_per_step: float = Field(gt=0)
+
+
 CheckSpec = Annotated[
     Union[Completes, SamplePartition, MemoryFlat, MatchesReference, WorldSizeEquivalence,
-          WorkloadIntact, CheckpointValid],
+          WorkloadIntact, CheckpointValid, CollectivesPerStep],
     Field(discriminator="name"),
 ]
 CHECK_NAMES = ("completes", "sample_partition", "memory_flat", "matches_reference",
-               "world_size_equivalence", "workload_intact", "checkpoint_valid", "throughput")
+               "world_size_equivalence", "workload_intact", "checkpoint_valid", "collectives_per_step",
+               "throughput")
 
 
 class Throughput(_Strict):

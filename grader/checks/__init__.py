@@ -8,6 +8,7 @@ outside the submission returns ``environment=True``.
 from __future__ import annotations
 
 from grader.checks.base import CheckResult, Context
+from grader.checks.collectives import collectives_per_step
 from grader.checks.completes import completes
 from grader.checks.memory import memory_flat
 from grader.checks.params import checkpoint_valid, matches_reference, world_size_equivalence
@@ -22,6 +23,7 @@ CHECKS = {
     "world_size_equivalence": world_size_equivalence,
     "workload_intact": workload_intact,
     "checkpoint_valid": checkpoint_valid,
+    "collectives_per_step": collectives_per_step,
 }
 
 
