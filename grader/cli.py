@@ -44,8 +44,9 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, help="Wall-clock limit for the whole job.")
 @click.option("--run-dir", type=click.Path(path_type=Path), default=None, help="Where to write the run's artifacts (default runs/<name>-<time>).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead of tables.")
+@click.option("--tee", is_flag=True, help="Also print every rank's output (to stderr, prefixed with its rank).")
 def run_cmd(target, script_args, nproc, nnodes, rdzv_endpoint, rdzv_id, max_restarts, device,
-            hang_timeout, startup_timeout, timeout, run_dir, as_json):
+            hang_timeout, startup_timeout, timeout, run_dir, as_json, tee):
     """Launch TARGET (a script path or an exercise slug) across ranks and observe every rank.
 
     Arguments after `--` go to the script.
@@ -53,8 +54,8 @@ def run_cmd(target, script_args, nproc, nnodes, rdzv_endpoint, rdzv_id, max_rest
     cfg = _config_for(target, list(script_args), nproc=nproc, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint,
                       rdzv_id=rdzv_id, max_restarts=max_restarts, device=device, hang_timeout=hang_timeout,
                       startup_timeout=startup_timeout, timeout=timeout, run_dir=run_dir)
-    with console.live_progress(enabled=not as_json) as on_progress:
-        res = launch(cfg, on_progress=on_progress)
+    with console.live_progress(enabled=not (as_json or tee)) as on_progress:
+        res = launch(cfg, on_progress=on_progress, tee=console.rank_line if tee else None)
     if as_json:
         console.emit_json(res.to_json())
     else:

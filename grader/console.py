@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -28,6 +29,11 @@ def warn(msg: str) -> None:
 
 def info(msg: str) -> None:
     err.print(msg, markup=False)
+
+
+def rank_line(rank: int, stream: str, line: str) -> None:
+    sys.stderr.write(f"[rank {rank}{'!' if stream == 'stderr' else ''}] {line}\n")
+    sys.stderr.flush()
 
 
 def emit_json(obj: Any) -> None:
@@ -70,10 +76,19 @@ def live_progress(enabled: bool) -> Iterator[Any]:
         yield lambda snap: live.update(_progress_table(snap))
 
 
+def _short_path(site: str | None) -> str:
+    if not site:
+        return "-"
+    try:
+        return str(Path(site).relative_to(Path.cwd()))
+    except ValueError:
+        return "/".join(Path(site).parts[-2:])
+
+
 def run_summary(res) -> None:
     colour = {"ok": "green", "failed": "red", "hung": "red", "timeout": "red"}.get(res.status, "yellow")
     rows = [[r["rank"], r["exit_code"], r["steps"], f"{r['steps_per_s']:.1f}",
-             f"{r['peak_rss_mb']:.0f}", r["last_location"] or "-"] for r in res.ranks]
+             f"{r['peak_rss_mb']:.0f}", _short_path(r["last_location"])] for r in res.ranks]
     table(None, ["rank", "exit", "steps", "steps/s", "peak RSS MB", "last collective site"], rows)
     out.print(f"status: [bold {colour}]{res.status}[/]  world size {res.world_size}  device {res.device}  "
               f"wall {res.wall_s:.1f} s", markup=True)

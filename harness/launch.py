@@ -165,7 +165,10 @@ def launch(
     cfg: LaunchConfig,
     on_progress: Callable[[Snapshot], None] | None = None,
     poll_s: float = 0.25,
+    tee: Callable[[int, str, str], None] | None = None,
 ) -> RunResult:
+    """Run the job to an outcome. ``on_progress`` gets a snapshot per poll; ``tee`` gets each new
+    line of every rank's output (they are always in the rank's log files as well)."""
     cfg.validate()
     device = resolve_device(cfg.device, cfg.nproc)
     run_dir = (cfg.run_dir or default_run_dir(cfg.script)).resolve()
@@ -176,7 +179,7 @@ def launch(
     started = time.time()
     started_iso = datetime.now(timezone.utc).isoformat(timespec="seconds")
     cmd = build_command(cfg)
-    monitor = Monitor(run_dir, startup_timeout=cfg.startup_timeout, hang_timeout=cfg.hang_timeout)
+    monitor = Monitor(run_dir, startup_timeout=cfg.startup_timeout, hang_timeout=cfg.hang_timeout, tee=tee)
     status, hang, exit_code = "failed", None, None
     with open(run_dir / "launcher.log", "ab") as log:
         proc = subprocess.Popen(cmd, env=build_env(cfg, run_dir, key, device), stdout=log,
@@ -188,7 +191,7 @@ def launch(
         while True:
             exit_code = proc.poll()
             tree.refresh()
-            snap = monitor.poll()
+            snap = monitor.poll()  # after the exit check: the last lines are read even on the final pass
             if on_progress:
                 on_progress(snap)
             if exit_code is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from harness import rundir
 
@@ -42,8 +43,11 @@ class Snapshot:
 
 
 class Monitor:
-    def __init__(self, run_dir: Path, startup_timeout: float, hang_timeout: float):
+    def __init__(self, run_dir: Path, startup_timeout: float, hang_timeout: float,
+                 tee: Callable[[int, str, str], None] | None = None):
         self.run_dir = run_dir
+        self.tee = tee  # called with (rank, "stdout"|"stderr", line) for each new line of output
+        self._out_offsets: dict[Path, int] = {}
         self.startup_timeout = startup_timeout
         self.hang_timeout = hang_timeout
         self.started = time.time()
@@ -59,6 +63,8 @@ class Monitor:
         now = time.time()
         for r in rundir.ranks_in(self.run_dir):
             self._read_events(r, now)
+            if self.tee:
+                self._tee_output(r)
             rdir = rundir.rank_dir(self.run_dir, r)
             for name in (rundir.SAMPLES, rundir.COLLECTIVES):
                 p = rdir / name
@@ -94,6 +100,22 @@ class Monitor:
             elif kind == "exit":
                 prog.exited, prog.exit_status = True, rec.get("status")
             self.last_progress = now
+
+    def _tee_output(self, r: int) -> None:
+        for stream, name in (("stdout", rundir.STDOUT), ("stderr", rundir.STDERR)):
+            path = rundir.rank_dir(self.run_dir, r) / name
+            try:
+                with open(path, "rb") as f:
+                    f.seek(self._out_offsets.get(path, 0))
+                    chunk = f.read()
+            except FileNotFoundError:
+                continue
+            end = chunk.rfind(b"\n")
+            if end < 0:
+                continue
+            self._out_offsets[path] = self._out_offsets.get(path, 0) + end + 1
+            for line in chunk[:end].decode(errors="replace").split("\n"):
+                self.tee(r, stream, line)
 
     def snapshot(self, now: float | None = None) -> Snapshot:
         now = now or time.time()

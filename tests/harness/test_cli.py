@@ -109,3 +109,11 @@ def test_shipped_exercises_all_load():
     assert p.returncode == 0 and not p.stderr.strip(), p.stderr
     for slug in ("memory-leak", "sampler-replay", "collective-deadlock", "amp-no-scaler", "lr-scaling"):
         assert slug in p.stdout
+
+
+@pytest.mark.slow
+def test_tee_prints_each_ranks_output_prefixed(tmp_path):
+    p = tw("run", str(FIXTURES / "ddp_ok.py"), "--tee", "--run-dir", str(tmp_path / "r"), "--", "--steps", "9")
+    assert p.returncode == 0
+    assert "[rank 0] step 8 loss" in p.stderr  # only rank 0 prints losses
+    assert "ddp_ok.py:32" in p.stdout  # the summary's last collective site
