@@ -26,6 +26,14 @@ def _exit_for(res) -> int:
     return EXIT_OK if res["passed"] else EXIT_FAIL
 
 
+def _report(res, as_json: bool):
+    if as_json:
+        console.emit_json(_public(res))
+    else:
+        console.grade_summary(res)
+    sys.exit(_exit_for(res))
+
+
 def _public(res) -> dict:
     return {
         "exercise": res["exercise"], "passed": res["passed"], "score": res["score"],
@@ -62,11 +70,7 @@ def grade_cmd(slug, workspace, kind, repeats, device, out, as_json):
                                      device=device), progress=console.info)
     except SubmissionError as e:
         raise click.UsageError(str(e))
-    if as_json:
-        console.emit_json(_public(res))
-    else:
-        console.grade_summary(res)
-    sys.exit(_exit_for(res))
+    _report(res, as_json)
 
 
 @click.command("regrade")
@@ -83,11 +87,7 @@ def regrade_cmd(result_json, as_json):
     out = (out if out.is_dir() else out.parent) / f"regrade-{datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
     results.write(out, res)  # beside the original, which stays as it was
     console.info(f"re-graded from stored runs: {out}")
-    if as_json:
-        console.emit_json(_public(res))
-    else:
-        console.grade_summary(res)
-    sys.exit(_exit_for(res))
+    _report(res, as_json)
 
 
 @click.command("verify")
