@@ -35,6 +35,14 @@ def workload_intact(spec, ctx: Context) -> CheckResult:
                                 "forged_lines": forged, "protected_changed": ctx.protected_changed}
     if ev.world_size != w or len(ev.ranks) != w:
         problems.append(f"the job ran {len(ev.ranks)} ranks (world size {ev.world_size}), the exercise runs {w}")
+    # The process group the script actually built, from the bootstrap's record of init_process_group.
+    groups = {r: next((e.get("world_size") for e in ev.events(r) if e.get("kind") == "pg_init"), None)
+              for r in ev.ranks}
+    evidence["process_group_world_size"] = groups
+    odd = {r: g for r, g in groups.items() if g is not None and g != w}
+    if odd:
+        r, g = next(iter(odd.items()))
+        problems.append(f"rank {r} initialised a process group of world size {g}; the exercise runs {w}")
     if ev.status == "ok":
         bad = {r: s for r, s in steps.items() if s != wl.steps}
         if bad:
