@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 from harness.workloads import SyntheticTokens, TinyTransformer
 
@@ -95,8 +95,11 @@ def main() -> None:
     batch_size = GLOBAL_BATCH // world_size
 
     torch.manual_seed(SEED)
-    train_set = SyntheticTokens(DATASET_SIZE, SEQ_LEN, VOCAB, seed=SEED, name="train")
-    val_set = SyntheticTokens(VAL_SIZE, SEQ_LEN, VOCAB, seed=SEED + 1, name="val")
+    # one corpus, split: the first DATASET_SIZE sequences train, the next VAL_SIZE are held out
+    # (each split is its own named dataset, so reads are accounted per split)
+    corpus = dict(size=DATASET_SIZE + VAL_SIZE, seq_len=SEQ_LEN, vocab=VOCAB, seed=SEED)
+    train_set = Subset(SyntheticTokens(**corpus, name="train"), range(DATASET_SIZE))
+    val_set = Subset(SyntheticTokens(**corpus, name="val"), range(DATASET_SIZE, DATASET_SIZE + VAL_SIZE))
     sampler = DistributedSampler(train_set, shuffle=True, seed=SEED, drop_last=True)
     loader = DataLoader(train_set, batch_size=batch_size, sampler=sampler, drop_last=True)
     val_loader = DataLoader(val_set, batch_size=64, sampler=DistributedSampler(val_set, shuffle=False))

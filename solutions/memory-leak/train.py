@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 from harness.workloads import MLP, SyntheticRegression
 
@@ -63,8 +63,11 @@ def main() -> None:
     batch_size = GLOBAL_BATCH // world_size
 
     torch.manual_seed(SEED)
-    train_set = SyntheticRegression(DATASET_SIZE, FEATURES, seed=SEED, name="train")
-    val_set = SyntheticRegression(VAL_SIZE, FEATURES, seed=SEED + 1, name="val")
+    # one task, split: the first DATASET_SIZE samples train, the next VAL_SIZE are held out
+    # (each split is its own named dataset, so reads are accounted per split)
+    task = dict(size=DATASET_SIZE + VAL_SIZE, features=FEATURES, seed=SEED)
+    train_set = Subset(SyntheticRegression(**task, name="train"), range(DATASET_SIZE))
+    val_set = Subset(SyntheticRegression(**task, name="val"), range(DATASET_SIZE, DATASET_SIZE + VAL_SIZE))
     sampler = DistributedSampler(train_set, shuffle=True, seed=SEED, drop_last=True)
     loader = DataLoader(train_set, batch_size=batch_size, sampler=sampler, drop_last=True)
     val_loader = DataLoader(val_set, batch_size=VAL_BATCH, shuffle=False)
