@@ -53,7 +53,7 @@ def main() -> int:
     print(f"{'launcher':16} {'wall s (median)':>16} {'steps/s (median)':>17}   ({args.runs} interleaved runs each, "
           f"{args.nproc} ranks)")
     for k, (w, s) in med.items():
-        print(f"{k:16} {w:16.2f} {s:17.1f}")
+        print(f"{k:16} {w:16.2f} {s:17.1f}   runs: " + ", ".join(f"{a:.1f}s/{b:.0f}" for a, b in res[k]))
     wall = med["trainwreck run"][0] / med["torchrun"][0] - 1
     rate = 1 - med["trainwreck run"][1] / med["torchrun"][1]
     print(f"overhead: {wall:+.1%} wall time (goal ≤ +10%), {rate:+.1%} fewer steps/s (goal ≤ 5%)")
