@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from harness import rundir
 from harness.monitor import Monitor, Snapshot
+from harness.failure import find_failure, launcher_exit_codes
 from harness.observe import observe_rank
 from harness.proctree import ProcessTree
 from harness.watchdog import collect_hang
@@ -175,6 +176,8 @@ def launch(
     if (run_dir / "run.json").exists():
         raise LaunchError(f"{run_dir} already holds a run; choose another --run-dir")
     run_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.cwd is not None:
+        Path(cfg.cwd).mkdir(parents=True, exist_ok=True)
     key = rundir.new_key()
     started = time.time()
     started_iso = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -208,33 +211,39 @@ def launch(
     except KeyboardInterrupt:
         status = "interrupted"
     finally:
-        tree.terminate()
-        if proc.poll() is None:
-            proc.wait(timeout=10)
-        exit_code = proc.returncode if exit_code is None else exit_code
-        _restore_sigterm(prev_term)
-        result = _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, device)
+        # A second Ctrl-C (or SIGTERM) while we clean up must not leave ranks running or the run
+        # unrecorded: both are ignored until run.json is written.
+        prev_int = _ignore(signal.SIGINT)
+        _ignore(signal.SIGTERM)
+        try:
+            tree.terminate()
+            if proc.poll() is None:
+                proc.wait(timeout=10)
+            exit_code = proc.returncode if exit_code is None else exit_code
+            result = _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, device)
+        finally:
+            _restore(signal.SIGTERM, prev_term)
+            _restore(signal.SIGINT, prev_int)
     return result
 
 
 def _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, device) -> RunResult:
     world_size = cfg.nproc * cfg.nnodes
-    ranks = [observe_rank(run_dir, r, key) for r in rundir.ranks_in(run_dir)]
-    failure = None
-    if status == "failed":
-        # The rank that failed first is the cause; the others usually die of its absence
-        # ("Connection closed by peer").
-        bad = sorted((r for r in ranks if r.exit_status in ("exception", "sysexit")),
-                     key=lambda r: r.exit_t or float("inf")) or \
-              [r for r in ranks if r.exit_code is None]
-        if bad:
-            r = bad[0]
-            failure = {"rank": r.rank, "error": _tail(r.error) if r.error else _stderr_tail(run_dir, r.rank)}
-        else:
-            failure = {"rank": None, "error": _tail((run_dir / "launcher.log").read_text(errors="replace"))}
+    observed = [observe_rank(run_dir, r, key) for r in rundir.ranks_in(run_dir)]
+    failure = find_failure(run_dir, observed) if status == "failed" else None
+    log = run_dir / "launcher.log"
+    codes, _ = launcher_exit_codes(log.read_text(errors="replace") if log.exists() else "")
+    blocked = {r["rank"]: r["blocked_at"] for r in hang["ranks"]} if hang else {}
+    ranks = []
+    for obs in observed:
+        r = obs.public()
+        if r["exit_code"] is None:  # no exit record: the launcher knows how it ended (-9: SIGKILL)
+            r["exit_code"] = codes.get(obs.rank)
+        r["last_location"] = display_path(blocked.get(obs.rank) or obs.last_location)
+        ranks.append(r)
     result = RunResult(status=status, run_dir=run_dir, world_size=world_size,
                        wall_s=time.time() - started, exit_code=exit_code,
-                       ranks=[r.public() for r in ranks], hang=hang, failure=failure, device=device)
+                       ranks=ranks, hang=hang, failure=failure, device=device)
     cfg_json = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
     rundir.atomic_write_json(run_dir / "run.json", {
         "schema_version": rundir.RUN_SCHEMA_VERSION, "key": key, "started_at": started_iso,
@@ -243,13 +252,14 @@ def _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, de
     return result
 
 
-def _tail(text: str, lines: int = 15) -> str:
-    return "\n".join(text.rstrip().splitlines()[-lines:])
-
-
-def _stderr_tail(run_dir: Path, rank: int) -> str:
-    path = rundir.rank_dir(run_dir, rank) / rundir.STDERR
-    return _tail(path.read_text(errors="replace")) if path.exists() else ""
+def display_path(site: str | None) -> str | None:
+    """``file:line`` relative to the current directory when the file is under it."""
+    if not site:
+        return site
+    try:
+        return str(Path(site).relative_to(Path.cwd()))
+    except ValueError:
+        return site
 
 
 def _raise_on_sigterm():
@@ -262,6 +272,13 @@ def _raise_on_sigterm():
         return None
 
 
-def _restore_sigterm(prev) -> None:
+def _ignore(sig: int):
+    try:
+        return signal.signal(sig, signal.SIG_IGN)
+    except ValueError:  # not the main thread: signals go to the main thread anyway
+        return None
+
+
+def _restore(sig: int, prev) -> None:
     if prev is not None:
-        signal.signal(signal.SIGTERM, prev)
+        signal.signal(sig, prev)

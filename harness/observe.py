@@ -31,7 +31,8 @@ class RankObservation:
     cuda_alloc_mb: list[float] = field(default_factory=list)
     step_times: list[float] = field(default_factory=list)  # seconds per step, last attempt
     lr: list[list[float]] = field(default_factory=list)
-    last_location: str | None = None
+    last_location: str | None = None  # where the rank raised, else its pending or last collective
+    fault: dict[str, Any] | None = None  # the harness killed this rank on purpose (last attempt)
     last_collective: dict[str, Any] | None = None
     pending_collective: dict[str, Any] | None = None  # entered, and never returned or raised
     n_collectives: int = 0
@@ -75,6 +76,8 @@ def observe_rank(run_dir: Path, rank: int, key: str | None) -> RankObservation:
             obs.error = r.get("error")
             obs.params_sha256 = r.get("params_sha256")
             obs.n_params = int(r.get("numel", 0))
+        elif r.get("kind") == "fault" and r.get("attempt") == last:
+            obs.fault = {k: r.get(k) for k in ("what", "step", "t")}
     obs.steps_per_s = rate(step_ts)
     entered: dict[int, dict[str, Any]] = {}
     for r in col.valid:
@@ -94,8 +97,22 @@ def observe_rank(run_dir: Path, rank: int, key: str | None) -> RankObservation:
     if entered:  # entered and never left: blocked there when the rank was stopped
         obs.pending_collective = entered[max(entered)]
     blocked = obs.pending_collective or obs.last_collective
-    obs.last_location = blocked.get("site") if blocked else None
+    obs.last_location = raised_at(obs.error) or (blocked.get("site") if blocked else None)
     return obs
+
+
+# traceback: '  File "/path/x.py", line 12, in fn'
+_TB_FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+), in ')
+
+
+def raised_at(traceback_text: str | None) -> str | None:
+    """``file:line`` of the innermost frame of the user's code in a formatted traceback."""
+    site = None
+    for line in (traceback_text or "").splitlines():
+        m = _TB_FRAME.match(line)
+        if m and not _is_library(m["file"]):
+            site = f"{m['file']}:{m['line']}"
+    return site
 
 
 def rate(timestamps: list[float]) -> float:
