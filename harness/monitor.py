@@ -8,11 +8,17 @@ Grading always re-reads the finished run dir with verification (``harness.observ
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import psutil
+
 from harness import rundir
+
+
+RATE_WINDOW_S = 5.0  # steps/s on the display: over the last few seconds, so a stall shows as 0
 
 
 @dataclass
@@ -23,14 +29,20 @@ class RankProgress:
     steps: int = 0
     rss_mb: float = 0.0
     peak_rss_mb: float = 0.0
-    recent: list[float] = field(default_factory=list)  # step timestamps, for steps/s
+    steps_per_s: float = 0.0
     exited: bool = False
-    exit_status: str | None = None
+    exit_status: str | None = None  # from the exit record; "killed" when the process died without one
+    history: deque = field(default_factory=deque)  # (parent time, steps) per poll, for steps/s
 
-    @property
-    def steps_per_s(self) -> float:
-        r = self.recent[-20:]
-        return (len(r) - 1) / (r[-1] - r[0]) if len(r) > 2 and r[-1] > r[0] else 0.0
+    def update_rate(self, now: float) -> None:
+        h = self.history
+        if h and self.steps < h[-1][1]:  # a new attempt started counting again
+            h.clear()
+        h.append((now, self.steps))
+        while len(h) > 2 and h[1][0] <= now - RATE_WINDOW_S:
+            h.popleft()
+        t0, s0 = h[0]
+        self.steps_per_s = (self.steps - s0) / (now - t0) if now > t0 else 0.0
 
 
 @dataclass
@@ -59,10 +71,11 @@ class Monitor:
         self.last_progress = self.started
         self.stepped_this_attempt = False
 
-    def poll(self) -> Snapshot:
-        now = time.time()
+    def poll(self, now: float | None = None) -> Snapshot:
+        now = now or time.time()
         for r in rundir.ranks_in(self.run_dir):
             self._read_events(r, now)
+            self.ranks[r].update_rate(now)
             if self.tee:
                 self._tee_output(r)
             rdir = rundir.rank_dir(self.run_dir, r)
@@ -75,7 +88,21 @@ class Monitor:
                 if size != self._sizes.get(p, 0):
                     self._sizes[p] = size
                     self.last_progress = now
+        self._check_alive(now)
         return self.snapshot(now)
+
+    def _check_alive(self, now: float) -> None:
+        """Ranks that died without an exit record (SIGKILL, a segfault) are not waited on; once
+        every rank of this attempt has ended while the launcher goes on, it is restarting them, and
+        the next attempt gets the start-up allowance, not the hang timeout."""
+        current = [p for p in self.ranks.values() if p.attempt == self.attempt and p.pid is not None]
+        for p in current:
+            if not p.exited and not _running(p.pid):
+                p.exited, p.exit_status = True, "killed"
+                self.last_progress = now
+        if current and all(p.exited for p in current) and self.stepped_this_attempt:
+            self.stepped_this_attempt = False
+            self.attempt_started = now
 
     def _read_events(self, r: int, now: float) -> None:
         prog = self.ranks.setdefault(r, RankProgress(rank=r))
@@ -88,13 +115,12 @@ class Monitor:
                 self.attempt, self.attempt_started = attempt, now
                 self.stepped_this_attempt = False
             if kind == "start":
-                prog.attempt, prog.pid, prog.steps, prog.recent = attempt, rec.get("pid"), 0, []
+                prog.attempt, prog.pid, prog.steps = attempt, rec.get("pid"), 0
                 prog.exited, prog.exit_status = False, None
             elif kind == "step":
                 prog.steps = int(rec.get("step", prog.steps + 1))
                 prog.rss_mb = float(rec.get("rss_mb", 0.0))
                 prog.peak_rss_mb = max(prog.peak_rss_mb, prog.rss_mb)
-                prog.recent = (prog.recent + [float(rec["t"])])[-50:]
                 if attempt == self.attempt:
                     self.stepped_this_attempt = True
             elif kind == "exit":
@@ -135,3 +161,10 @@ class Monitor:
     def live_pids(self) -> dict[int, int]:
         return {r: p.pid for r, p in self.ranks.items()
                 if p.pid is not None and p.attempt == self.attempt and not p.exited}
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

@@ -21,6 +21,8 @@ STACK_WAIT_S = 4.0
 
 
 def collect_hang(run_dir: Path, monitor: Monitor, script: Path) -> dict[str, Any]:
+    detected_at = time.time()
+    snap = monitor.snapshot(detected_at)
     pids = monitor.live_pids()
     stacks = {r: rundir.rank_dir(run_dir, r) / rundir.STACKS for r in monitor.ranks}
     before = {r: (p.stat().st_size if p.exists() else 0) for r, p in stacks.items()}
@@ -49,6 +51,7 @@ def collect_hang(run_dir: Path, monitor: Monitor, script: Path) -> dict[str, Any
             "rank": r,
             "pid": pids.get(r),
             "exited": prog.exited,
+            "exit_status": prog.exit_status,
             "last_step": prog.steps,
             "blocked_at": site,
             "in_script": bool(site and site.startswith(script_dir)),
@@ -57,11 +60,17 @@ def collect_hang(run_dir: Path, monitor: Monitor, script: Path) -> dict[str, Any
             "frames": parsed["frames"][:12],
         }
         ranks.append(entry)
+    # Wall-clock times, so the report itself shows it came within the promised bound
+    # (hang timeout + 10 s after the last progress).
     report = {
-        "since_progress_s": round(monitor.snapshot().since_progress_s, 2),
+        "since_progress_s": round(snap.since_progress_s, 2),
         "hang_timeout_s": monitor.hang_timeout,
-        "phase": monitor.snapshot().phase,
+        "startup_timeout_s": monitor.startup_timeout,
+        "phase": snap.phase,
         "attempt": monitor.attempt,
+        "last_progress_at": round(monitor.last_progress, 3),
+        "detected_at": round(detected_at, 3),
+        "written_at": round(time.time(), 3),
         "ranks": ranks,
     }
     rundir.atomic_write_json(run_dir / "hang.json", report)
@@ -88,11 +97,18 @@ def _collective(rec: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def format_hang(report: dict[str, Any]) -> str:
-    lines = [f"No rank made progress for {report['since_progress_s']:.1f} s "
-             f"(hang timeout {report['hang_timeout_s']:.0f} s, attempt {report['attempt']})."]
+    if report.get("phase") == "startup":
+        head = (f"No optimizer step yet, and no rank made progress for {report['since_progress_s']:.1f} s "
+                f"(start-up allowance {report.get('startup_timeout_s', 0):.0f} s")
+    else:
+        head = (f"No rank made progress for {report['since_progress_s']:.1f} s "
+                f"(hang timeout {report['hang_timeout_s']:.0f} s")
+    lines = [f"{head}, attempt {report['attempt']})."]
     for r in report["ranks"]:
         if r["exited"]:
-            lines.append(f"rank {r['rank']}: exited after step {r['last_step']}")
+            how = {"killed": "died without an exit record (killed)", None: "exited"}.get(
+                r.get("exit_status"), f"exited ({r.get('exit_status')})")
+            lines.append(f"rank {r['rank']}: {how} after step {r['last_step']}")
             continue
         where = r["blocked_at"] or "unknown (no stack dump)"
         lines.append(f"rank {r['rank']}: last completed step {r['last_step']}; blocked at {where}")
