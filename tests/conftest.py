@@ -3,6 +3,7 @@ gloo on the CPU, as CI does."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -13,26 +14,34 @@ FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parent.parent
 
 
-def leftover_ranks(marker: str) -> list[psutil.Process]:
-    """Live processes started by the harness whose command line mentions ``marker``."""
+def leftover_ranks(marker: str | Path) -> list[psutil.Process]:
+    """Live processes of the launch identified by ``marker`` (its run dir, or a directory above it):
+    anything whose command line names it, or whose environment points the rank bootstrap into it.
+    Other launches running on the machine at the same time (other tests, other users) do not count."""
+    marker = str(marker).rstrip("/")
+
+    def inside(value: str) -> bool:
+        return value == marker or value.startswith(marker + "/")
+
     out = []
     for p in psutil.process_iter(["cmdline", "status"]):
         try:
-            cmd = " ".join(p.info["cmdline"] or [])
-            if marker in cmd and ("harness.bootstrap" in cmd or "torch.distributed.run" in cmd) \
-                    and p.info["status"] != psutil.STATUS_ZOMBIE:
+            if p.pid == os.getpid() or p.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if any(inside(a) for a in p.info["cmdline"] or []) \
+                    or inside(p.environ().get("TRAINWRECK_RUN_DIR", "")):
                 out.append(p)
-        except psutil.Error:
+        except psutil.Error:  # gone meanwhile, or not ours to inspect
             continue
     return out
 
 
-def assert_nothing_left(marker: str, grace_s: float = 5.0) -> None:
+def assert_nothing_left(marker: str | Path, grace_s: float = 5.0) -> None:
     deadline = time.time() + grace_s
     while leftover_ranks(marker) and time.time() < deadline:
         time.sleep(0.2)
     left = leftover_ranks(marker)
-    assert not left, f"processes left behind: {[p.pid for p in left]}"
+    assert not left, f"processes left behind: {[(p.pid, p.cmdline()) for p in left]}"
 
 
 @pytest.fixture

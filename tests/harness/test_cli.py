@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, REPO
+from tests.conftest import FIXTURES, REPO, assert_nothing_left
 
 GOOD = (REPO / "exercises" / "memory-leak" / "exercise.toml").read_text()
 
@@ -23,14 +23,20 @@ def tw(*args, cwd=None, env=None):
 
 @pytest.mark.slow
 def test_run_json_has_the_documented_shape(tmp_path):
-    p = tw("run", str(FIXTURES / "ddp_ok.py"), "--json", "--run-dir", str(tmp_path / "r"), "--", "--steps", "6")
+    p = tw("run", str(FIXTURES / "ddp_ok.py"), "--json", "--run-dir", str(tmp_path / "r"), "--", "--steps", "6",
+           cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert {"status", "run_dir", "world_size", "wall_s", "ranks", "hang"} <= set(out)
     assert out["status"] == "ok" and out["world_size"] == 2 and out["hang"] is None
+    assert out["run_dir"] == str(tmp_path / "r") and isinstance(out["wall_s"], float) and out["wall_s"] > 0
+    assert [r["rank"] for r in out["ranks"]] == [0, 1]
     for r in out["ranks"]:
         assert set(r) == {"rank", "exit_code", "steps", "steps_per_s", "peak_rss_mb", "last_location"}
         assert r["steps"] == 6 and r["exit_code"] == 0
+        assert isinstance(r["steps_per_s"], float) and isinstance(r["peak_rss_mb"], float)
+        assert r["last_location"] == str(FIXTURES / "ddp_ok.py") + ":32"  # not under the cwd: absolute
+    assert_nothing_left(tmp_path)
 
 
 @pytest.mark.slow
@@ -38,6 +44,25 @@ def test_run_exits_1_when_the_job_fails(tmp_path):
     p = tw("run", str(FIXTURES / "crash.py"), "--run-dir", str(tmp_path / "r"))
     assert p.returncode == 1
     assert "rank 1 failed" in p.stdout and "synthetic failure" in p.stdout
+    assert_nothing_left(tmp_path)
+
+
+@pytest.mark.slow
+def test_run_exits_1_when_the_job_hangs(tmp_path):
+    p = tw("run", str(FIXTURES / "hang.py"), "--json", "--hang-timeout", "3", "--run-dir", str(tmp_path / "r"))
+    assert p.returncode == 1
+    out = json.loads(p.stdout)
+    assert out["status"] == "hung" and out["hang"]["phase"] == "running"
+    assert [r["blocked_at"].rsplit("/", 1)[-1] for r in out["hang"]["ranks"]] == ["hang.py:19", "hang.py:17"]
+    assert_nothing_left(tmp_path)
+
+
+def test_device_cuda_without_gpus_is_a_usage_error(tmp_path):
+    p = tw("run", str(FIXTURES / "ddp_ok.py"), "--device", "cuda", "--run-dir", str(tmp_path / "r"),
+           cwd=tmp_path, env={"CUDA_VISIBLE_DEVICES": ""})
+    assert p.returncode == 2
+    assert p.stderr.strip() == "error: --device cuda needs 2 GPUs, 0 visible; lower --nproc or use --device cpu"
+    assert not (tmp_path / "r" / "run.json").exists() and not (tmp_path / "r" / "ranks").exists()
 
 
 @pytest.mark.parametrize("args, says", [
@@ -81,7 +106,9 @@ def _home_with(tmp_path: Path, manifest: str, slug: str = "memory-leak") -> Path
     (lambda s: s.replace("format_version = 1", "format_version = 2"), "unsupported format_version 2"),
 ])
 def test_malformed_manifest_names_file_field_and_fix(tmp_path, edit, says):
-    home = _home_with(tmp_path, edit(GOOD))
+    broken = edit(GOOD)
+    assert broken != GOOD, "the shipped manifest changed: update this edit"
+    home = _home_with(tmp_path, broken)
     p = tw("show", "memory-leak", env={"TRAINWRECK_HOME": str(home)})
     assert p.returncode == 2
     line = p.stderr.strip()

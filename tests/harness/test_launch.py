@@ -27,8 +27,13 @@ def run(tmp_path: Path, script: str, *args: str, **cfg):
     cfg.setdefault("run_dir", tmp_path / "run")
     cfg.setdefault("cwd", tmp_path)
     res = launch(LaunchConfig(script=FIXTURES / script, script_args=list(args), **cfg))
-    assert_nothing_left(str(FIXTURES / script))
+    assert_nothing_left(cfg["run_dir"])
     return res
+
+
+def records(res, rank: int, name: str = rundir.EVENTS) -> list[dict]:
+    key = rundir.load_run(res.run_dir)["key"]
+    return rundir.read_records(rundir.rank_dir(res.run_dir, rank) / name, key).valid
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +61,7 @@ def test_collective_trace_names_the_scripts_call_site(ok_run):
     assert obs.n_collectives == 3  # the script's all_reduce at steps 0, 4, 8; DDP's own are C++
     assert obs.last_collective["op"] == "all_reduce"
     assert obs.last_collective["site"].endswith("ddp_ok.py:32")
+    assert all(r["last_location"].endswith("tests/fixtures/ddp_ok.py:32") for r in ok_run.ranks)
 
 
 def test_default_pg_timeout_is_applied_only_when_the_script_sets_none(ok_run, tmp_path):
@@ -85,8 +91,31 @@ def test_forged_lines_are_not_counted(ok_run, tmp_path):
 def test_crash_on_one_rank_names_it_with_its_traceback(tmp_path):
     res = run(tmp_path, "crash.py")
     assert res.status == "failed"
-    assert res.failure["rank"] == 1
+    assert res.failure["rank"] == 1 and res.failure["reason"] == "exception"
     assert "ValueError: synthetic failure on rank 1 at step 3" in res.failure["error"]
+    assert 'crash.py", line 15' in res.failure["error"]  # the raising line is in the tail
+    r0, r1 = res.ranks
+    assert r1["last_location"].endswith("crash.py:15") and r1["exit_code"] == 1 and r1["steps"] == 4
+    assert r0["last_location"].endswith("crash.py:17")  # rank 0 lost its peer in the all_reduce
+
+
+def test_killed_rank_is_named_not_the_peer_that_lost_it(tmp_path):
+    # Rank 1 is SIGKILLed; rank 0 then fails with "Connection closed by peer" and writes an exit
+    # record with a traceback. The cause is still rank 1.
+    res = run(tmp_path, "ddp_ok.py", "--steps", "12", faults=[Fault(rank=1, step=5)])
+    assert res.status == "failed"
+    assert res.failure["rank"] == 1 and "fault injection" in res.failure["reason"]
+    assert "signal 9 after optimizer step 5" in res.failure["error"]
+    assert res.ranks[1]["exit_code"] == -9 and res.ranks[1]["steps"] == 5  # from the launcher: no exit record
+
+
+def test_rank_exiting_early_while_its_peer_waits(tmp_path):
+    res = run(tmp_path, "early_exit.py", hang_timeout=20)
+    assert res.status == "failed"  # gloo sees the closed connection: no need to wait for a hang
+    assert res.failure["rank"] == 0 and res.failure["reason"] == "lost a peer"
+    assert "rank 1 (after step 3) had already exited normally" in res.failure["note"]
+    assert [r["exit_code"] for r in res.ranks] == [1, 0]
+    assert res.ranks[0]["last_location"].endswith("early_exit.py:16")
 
 
 def test_hang_is_reported_with_each_ranks_blocked_line(tmp_path):
@@ -97,11 +126,31 @@ def test_hang_is_reported_with_each_ranks_blocked_line(tmp_path):
     assert sites[1].endswith("hang.py:17")  # the all_reduce rank 1 waits in
     assert res.hang["ranks"][0]["pending_collective"]["op"] == "barrier"
     assert (res.run_dir / "hang.txt").read_text().count("blocked at") == 2
-    # Complete within hang-timeout + 10 s of the last progress, by the run's own records.
-    key = rundir.load_run(res.run_dir)["key"]
-    last = max(r["t"] for rank in (0, 1)
-               for r in rundir.read_records(rundir.rank_dir(res.run_dir, rank) / rundir.COLLECTIVES, key).valid)
-    assert (res.run_dir / "hang.json").stat().st_mtime - last <= 4 + 10
+    assert [r["last_location"] for r in res.ranks] == [res_site(sites[0]), res_site(sites[1])]
+    assert res.hang["phase"] == "running" and [r["last_step"] for r in res.hang["ranks"]] == [6, 7]
+    # Complete within hang-timeout + 10 s of the last progress: by the report's own clock, and by
+    # the ranks' last records (written by the ranks, not the watchdog).
+    h = json.loads((res.run_dir / "hang.json").read_text())
+    assert h["last_progress_at"] <= h["detected_at"] <= h["written_at"] <= h["last_progress_at"] + 4 + 10
+    last = max(r["t"] for rank in (0, 1) for name in (rundir.EVENTS, rundir.COLLECTIVES)
+               for r in records(res, rank, name))
+    assert h["written_at"] - last <= 4 + 10
+
+
+def res_site(site: str) -> str:
+    return str(Path(site).relative_to(Path.cwd())) if site.startswith(str(Path.cwd()) + "/") else site
+
+
+def test_hang_before_the_first_step_gets_the_startup_allowance(tmp_path):
+    res = run(tmp_path, "hang_startup.py", startup_timeout=5, hang_timeout=2)
+    assert res.status == "hung"
+    h = res.hang
+    assert h["phase"] == "startup" and [r["last_step"] for r in h["ranks"]] == [0, 0]
+    assert h["ranks"][0]["blocked_at"].endswith("hang_startup.py:7")
+    assert h["ranks"][1]["blocked_at"].endswith("hang_startup.py:9")
+    # Not the 2 s hang timeout (which would fire during start-up), and not much later than 5 s either.
+    assert 5 <= h["detected_at"] - h["last_progress_at"] and h["written_at"] - h["last_progress_at"] <= 5 + 10
+    assert "start-up allowance 5 s" in (res.run_dir / "hang.txt").read_text()
 
 
 def test_leak_shows_in_per_step_rss(tmp_path):
@@ -115,6 +164,7 @@ def test_leak_shows_in_per_step_rss(tmp_path):
 def test_wall_clock_timeout(tmp_path):
     res = run(tmp_path, "slow.py", timeout=8, hang_timeout=30)
     assert res.status == "timeout"
+    assert rundir.load_run(res.run_dir)["status"] == "timeout" and res.hang is None
 
 
 def test_gradscaler_skipped_steps_are_iterations(tmp_path):
@@ -154,7 +204,7 @@ def test_two_launchers_rendezvous_over_loopback(tmp_path):
     assert [o["status"] for o in outs] == ["ok", "ok"]
     assert sorted(o["ranks"][0]["rank"] for o in outs) == [0, 1]
     assert all(o["world_size"] == 2 and o["ranks"][0]["steps"] == 12 for o in outs)
-    assert_nothing_left(str(FIXTURES / "ddp_ok.py"))
+    assert_nothing_left(tmp_path)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -171,4 +221,4 @@ def test_interrupt_ends_every_rank_and_records_the_run(tmp_path, sig):
     assert proc.returncode == 1
     assert json.loads(out)["status"] == "interrupted"
     assert rundir.load_run(tmp_path / "run")["status"] == "interrupted"
-    assert_nothing_left(str(FIXTURES / "slow.py"))
+    assert_nothing_left(tmp_path)

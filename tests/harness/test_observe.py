@@ -1,6 +1,12 @@
-"""Reading faulthandler dumps: the blocked line is the user's innermost frame on the main thread."""
+"""Reading a run back: faulthandler dumps, tracebacks, step rates, and where each rank was last."""
 
-from harness.observe import parse_stacks, rate
+import pytest
+
+from harness import rundir
+from harness.launch import display_path
+from harness.observe import observe_rank, parse_stacks, raised_at, rate
+
+KEY = "k" * 32
 
 DUMP = '''Thread 0x00007f0000000002 (most recent call first):
   File "/usr/lib/python3.11/threading.py", line 320 in wait
@@ -29,3 +35,53 @@ def test_parse_stacks_of_nothing():
 def test_rate_skips_warmup_steps():
     assert rate([0, 10, 11, 12, 13]) == 1.0  # the first two steps (start-up) do not count
     assert rate([0.0]) == 0.0
+
+
+TRACEBACK = '''Traceback (most recent call last):
+  File "/kit/harness/bootstrap.py", line 64, in main
+    code = _run_script(script, args)
+  File "<frozen runpy>", line 88, in _run_code
+  File "/work/ex/train.py", line 40, in <module>
+    main()
+  File "/work/ex/train.py", line 31, in main
+    dist.all_reduce(t)
+  File "/kit/harness/instrument.py", line 157, in traced
+    out = fn(*args, **kwargs)
+  File "/x/site-packages/torch/distributed/distributed_c10d.py", line 3252, in all_reduce
+    work.wait()
+RuntimeError: Connection closed by peer
+'''
+
+
+@pytest.mark.parametrize("text, site", [
+    (TRACEBACK, "/work/ex/train.py:31"),
+    ('  File "/x/site-packages/torch/nn/modules/module.py", line 1, in f\nValueError: x\n', None),
+    (None, None),
+])
+def test_raised_at_is_the_innermost_user_frame(text, site):
+    assert raised_at(text) == site
+
+
+def test_last_location_prefers_where_the_rank_raised(tmp_path):
+    rdir = rundir.rank_dir(tmp_path, 0)
+    ev = rundir.RecordWriter(rdir / rundir.EVENTS, KEY)
+    col = rundir.RecordWriter(rdir / rundir.COLLECTIVES, KEY)
+    col.write({"a": 0, "seq": 1, "op": "barrier", "ph": "enter", "site": "/work/ex/train.py:12"})
+    col.write({"a": 0, "seq": 1, "ph": "exit"})
+    assert observe_rank(tmp_path, 0, KEY).last_location == "/work/ex/train.py:12"  # last collective
+    col.write({"a": 0, "seq": 2, "op": "all_reduce", "ph": "enter", "site": "/work/ex/train.py:31"})
+    assert observe_rank(tmp_path, 0, KEY).last_location == "/work/ex/train.py:31"  # still inside it
+    ev.write({"kind": "exit", "attempt": 0, "t": 1.0, "status": "exception", "code": 1,
+              "error": TRACEBACK.replace("line 31", "line 33")})
+    assert observe_rank(tmp_path, 0, KEY).last_location == "/work/ex/train.py:33"
+
+
+@pytest.mark.parametrize("site, shown", [
+    ("{cwd}/train.py:3", "train.py:3"),
+    ("{cwd}/sub/train.py:3", "sub/train.py:3"),
+    ("/elsewhere/train.py:3", "/elsewhere/train.py:3"),
+    (None, None),
+])
+def test_display_path_is_relative_under_the_cwd(tmp_path, monkeypatch, site, shown):
+    monkeypatch.chdir(tmp_path)
+    assert display_path(site.format(cwd=tmp_path) if site else site) == shown
