@@ -85,34 +85,46 @@ class Records:
 
 
 def read_records(path: Path, key: str | None) -> Records:
-    """Verified records of one file. A line that is not JSON counts as forged unless it is the
-    last one, which a kill can cut short."""
+    """Verified records of one file. A line that is not JSON counts as forged unless a kill can
+    explain it: the file's last line, or the last line of an attempt (the next record belongs to a
+    later attempt, so the rank was killed mid-write and restarted)."""
     out = Records()
     if not path.exists():
         return out
     lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    for n, line in enumerate(lines):
+    torn = 0  # unparsable lines since the last record, not yet judged
+    last_attempt = None
+    for line in lines:
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
         except ValueError:
-            if n != len(lines) - 1:  # only the last line can be cut short by a kill
-                out.forged += 1
+            torn += 1
             continue
         if not isinstance(rec, dict) or "mac" not in rec:
             out.forged += 1
             continue
         mac = rec.pop("mac")
-        if key is None:
-            out.valid.append(rec)
-            continue
-        want = hmac.new(key.encode(), _canonical(rec), hashlib.sha256).hexdigest()[:32]
-        if hmac.compare_digest(want, str(mac)):
-            out.valid.append(rec)
-        else:
-            out.forged += 1
+        if key is not None:
+            want = hmac.new(key.encode(), _canonical(rec), hashlib.sha256).hexdigest()[:32]
+            if not hmac.compare_digest(want, str(mac)):
+                out.forged += 1
+                continue
+        attempt = _attempt(rec)
+        if torn:
+            restarted = attempt is not None and last_attempt is not None and attempt > last_attempt
+            out.forged += torn - 1 if restarted else torn  # at most one torn line per kill
+            torn = 0
+        last_attempt = attempt if attempt is not None else last_attempt
+        out.valid.append(rec)
+    out.forged += max(torn - 1, 0)  # the file's last line may be cut short
     return out
+
+
+def _attempt(rec: dict[str, Any]) -> int | None:
+    a = rec.get("attempt", rec.get("a"))
+    return a if isinstance(a, int) else None
 
 
 def iter_new_lines(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:

@@ -22,6 +22,13 @@ def write(path, lines):
     ([rundir.sign({"a": 1}, KEY).replace('"a":1', '"a":9')], 0, 1),  # edited after signing
     ([rundir.sign({"a": 1}, KEY), rundir.sign({"a": 2}, KEY)[:20]], 1, 0),  # torn by a kill
     ([rundir.sign({"a": 1}, KEY)[:20], rundir.sign({"a": 2}, KEY)], 1, 1),  # torn, but not last
+    # killed mid-write, then restarted: the torn line ends attempt 0 (events use "attempt", others "a")
+    ([rundir.sign({"attempt": 0, "k": 1}, KEY), rundir.sign({"attempt": 0, "k": 2}, KEY)[:20],
+      rundir.sign({"attempt": 1, "k": 1}, KEY)], 2, 0),
+    ([rundir.sign({"a": 0}, KEY), rundir.sign({"a": 0}, KEY)[:20], rundir.sign({"a": 1}, KEY)], 2, 0),
+    ([rundir.sign({"a": 0}, KEY), "{torn", "{torn", rundir.sign({"a": 1}, KEY)], 2, 1),  # one kill, one torn line
+    ([rundir.sign({"a": 1}, KEY), "{torn", rundir.sign({"a": 1}, KEY)], 2, 1),  # same attempt: no kill explains it
+    (["{torn", rundir.sign({"a": 1}, KEY)], 1, 1),  # nothing before it
 ])
 def test_read_records(tmp_path, lines, valid, forged):
     write(tmp_path / "x.jsonl", lines)
