@@ -188,7 +188,7 @@ def launch(
         proc = subprocess.Popen(cmd, env=build_env(cfg, run_dir, key, device), stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 cwd=cfg.cwd, start_new_session=True)
-    tree = ProcessTree(proc.pid)
+    tree = ProcessTree(proc.pid, env_marker=(rundir.RUN_DIR_ENV, str(run_dir)))
     prev_term = _raise_on_sigterm()
     try:
         while True:

@@ -3,10 +3,13 @@
 The elastic launcher starts each rank in a session of its own (``start_new_session=True``), so a
 signal to the launcher's process group does not reach the ranks. We therefore remember every
 descendant we have ever seen (pid + create time, which guards against pid reuse) and end them all.
+A process that left the tree before we saw it (a daemonized helper, re-parented to init) is found
+at the end by the environment every process of the launch inherits.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 
@@ -14,8 +17,11 @@ import psutil
 
 
 class ProcessTree:
-    def __init__(self, root_pid: int):
+    def __init__(self, root_pid: int, env_marker: tuple[str, str] | None = None):
         self._seen: dict[int, float] = {}
+        # (name, value) of an environment variable every process of the launch inherits: finds
+        # the ones that left the tree (a script's daemonized helper, an orphaned worker).
+        self._env_marker = env_marker
         self.add(root_pid)
 
     def add(self, pid: int) -> None:
@@ -30,6 +36,19 @@ class ProcessTree:
                 for child in psutil.Process(pid).children(recursive=True):
                     self._seen.setdefault(child.pid, child.create_time())
             except psutil.Error:
+                continue
+
+    def adopt_strays(self) -> None:
+        """Add every process carrying the launch's environment marker, wherever it was reparented."""
+        if self._env_marker is None:
+            return
+        name, value = self._env_marker
+        me = os.getpid()
+        for p in psutil.process_iter():
+            try:
+                if p.pid != me and p.environ().get(name) == value:
+                    self._seen.setdefault(p.pid, p.create_time())
+            except psutil.Error:  # gone, a zombie, or not ours to read
                 continue
 
     def alive(self) -> list[psutil.Process]:
@@ -53,6 +72,7 @@ class ProcessTree:
     def terminate(self, grace_s: float = 3.0) -> None:
         """SIGTERM everything, wait up to ``grace_s``, then SIGKILL whatever is left."""
         self.refresh()
+        self.adopt_strays()
         procs = self.alive()
         for p in procs:
             try:
@@ -67,8 +87,13 @@ class ProcessTree:
                 pass
         psutil.wait_procs(left, timeout=5)
         deadline = time.time() + 5
-        while self.alive() and time.time() < deadline:
-            for p in self.alive():
+        while time.time() < deadline:
+            self.refresh()  # a dying parent may have started a child meanwhile
+            self.adopt_strays()
+            stragglers = self.alive()
+            if not stragglers:
+                break
+            for p in stragglers:
                 try:
                     p.kill()
                 except psutil.Error:

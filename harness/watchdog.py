@@ -104,6 +104,8 @@ def format_hang(report: dict[str, Any]) -> str:
         head = (f"No rank made progress for {report['since_progress_s']:.1f} s "
                 f"(hang timeout {report['hang_timeout_s']:.0f} s")
     lines = [f"{head}, attempt {report['attempt']})."]
+    if not report["ranks"]:
+        lines.append("No rank has started: the launcher is still in rendezvous or start-up (see launcher.log).")
     for r in report["ranks"]:
         if r["exited"]:
             how = {"killed": "died without an exit record (killed)", None: "exited"}.get(

@@ -153,6 +153,21 @@ def test_hang_before_the_first_step_gets_the_startup_allowance(tmp_path):
     assert "start-up allowance 5 s" in (res.run_dir / "hang.txt").read_text()
 
 
+def test_a_node_waiting_in_rendezvous_is_hung_after_the_startup_allowance(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # nnodes 2, and the second node never comes: no rank ever starts.
+    res = run(tmp_path, "ddp_ok.py", nproc=1, nnodes=2, rdzv_endpoint=f"127.0.0.1:{port}", startup_timeout=4)
+    assert res.status == "hung" and res.ranks == [] and res.hang["ranks"] == []
+    assert "No rank has started" in (res.run_dir / "hang.txt").read_text()
+
+
+def test_a_daemonized_helper_does_not_outlive_the_job(tmp_path):
+    res = run(tmp_path, "stray.py")  # run() asserts that nothing carrying the run's environment is left
+    assert res.status == "ok"
+
+
 def test_leak_shows_in_per_step_rss(tmp_path):
     res = run(tmp_path, "leak.py")
     assert res.status == "ok"

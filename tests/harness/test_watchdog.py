@@ -37,6 +37,10 @@ BARRIER = {"op": "barrier", "seq": 4, "site": "/w/train.py:19"}
         "rank 0: exited (ok) after step 3",
         "rank 1: died without an exit record (killed) after step 6",
     ]),
+    (report("startup"), [
+        "No optimizer step yet, and no rank made progress for 15.3 s (start-up allowance 120 s, attempt 0).",
+        "No rank has started: the launcher is still in rendezvous or start-up (see launcher.log).",
+    ]),
 ])
 def test_format_hang(rep, lines):
     assert format_hang(rep).splitlines() == lines
