@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import functools
 import gc
+import inspect
 import io
 import json
 import os
@@ -282,15 +283,21 @@ def install(run_dir: Path, rank: int, key: str, attempt: int, pg_timeout_s: floa
                 setattr(mod, name, rec.wrap_collective(name, fn))
 
     orig_init = c10d.init_process_group
+    init_sig = inspect.signature(orig_init)
 
     @functools.wraps(orig_init)
     def init_process_group(*args, **kwargs):
-        given = "timeout" in kwargs
+        # The timeout may come by keyword or by position; None means torch's default (30 min on gloo).
+        try:
+            call = init_sig.bind(*args, **kwargs)
+        except TypeError:  # a call torch itself will reject: let it say why
+            return orig_init(*args, **kwargs)
+        given = call.arguments.get("timeout") is not None
         if not given:
-            kwargs["timeout"] = datetime.timedelta(seconds=pg_timeout_s)
-        out = orig_init(*args, **kwargs)
+            call.arguments["timeout"] = datetime.timedelta(seconds=pg_timeout_s)
+        out = orig_init(*call.args, **call.kwargs)
         rec.event("pg_init", backend=str(dist.get_backend()), world_size=dist.get_world_size(),
-                  timeout_s=kwargs["timeout"].total_seconds(), timeout_from_script=given)
+                  timeout_s=call.arguments["timeout"].total_seconds(), timeout_from_script=given)
         return out
 
     dist.init_process_group = init_process_group

@@ -69,10 +69,9 @@ def test_default_pg_timeout_is_applied_only_when_the_script_sets_none(ok_run, tm
     events = rundir.read_records(rundir.rank_dir(ok_run.run_dir, 0) / rundir.EVENTS, key).valid
     pg = next(e for e in events if e["kind"] == "pg_init")
     assert pg["timeout_s"] == 60 and not pg["timeout_from_script"] and pg["backend"] == "gloo"
-    own = run(tmp_path, "own_timeout.py")
-    key = rundir.load_run(own.run_dir)["key"]
-    events = rundir.read_records(rundir.rank_dir(own.run_dir, 0) / rundir.EVENTS, key).valid
-    pg = next(e for e in events if e["kind"] == "pg_init")
+    own = run(tmp_path, "own_timeout.py", "--positional")  # init_process_group("gloo", None, timeout)
+    assert own.status == "ok", own.failure
+    pg = next(e for e in records(own, 0) if e["kind"] == "pg_init")
     assert pg["timeout_s"] == 123 and pg["timeout_from_script"]
 
 
