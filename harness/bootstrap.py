@@ -13,6 +13,7 @@ import runpy
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 
 from harness import rundir
@@ -50,6 +51,11 @@ def main(argv: list[str]) -> int:
 
     stacks = open(rdir / rundir.STACKS, "a", buffering=1)
     faulthandler.register(STACK_SIGNAL, file=stacks, all_threads=True, chain=False)
+    # Before torch is imported (seconds on a busy machine): from here on the watchdog knows this
+    # rank's pid, so it can ask for its stacks, or see that it died, even during the imports.
+    boot = rundir.RecordWriter(rdir / rundir.EVENTS, key)
+    boot.write({"kind": "boot", "attempt": attempt, "t": time.time(), "pid": os.getpid(), "rank": rank})
+    boot.close()
 
     from harness import instrument  # imports torch: after the cheap set-up above
 

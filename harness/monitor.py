@@ -114,7 +114,7 @@ class Monitor:
             if attempt > self.attempt:
                 self.attempt, self.attempt_started = attempt, now
                 self.stepped_this_attempt = False
-            if kind == "start":
+            if kind in ("boot", "start"):  # boot: the interpreter is up; start: torch too, script next
                 prog.attempt, prog.pid, prog.steps = attempt, rec.get("pid"), 0
                 prog.exited, prog.exit_status = False, None
             elif kind == "step":

@@ -116,3 +116,12 @@ def test_a_restart_gets_the_startup_allowance_again(job):
     assert snap.attempt == 1 and snap.phase == "startup" and snap.ranks[0].steps == 0
     ranks.steps(0, 1, 1, attempt=1)
     assert mon.poll(t + 21).phase == "running"
+
+
+def test_a_rank_is_watched_from_its_boot_record_before_torch_is_imported(job):
+    mon, ranks = job
+    ranks.write(0, "boot", pid=subprocess.os.getpid())
+    ranks.write(1, "boot", pid=dead_pid())  # died while importing torch
+    snap = mon.poll()
+    assert snap.phase == "startup" and mon.live_pids() == {0: subprocess.os.getpid()}
+    assert [r.exit_status for r in snap.ranks] == [None, "killed"]
