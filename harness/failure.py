@@ -93,7 +93,8 @@ def find_failure(run_dir: Path, ranks: list[RankObservation]) -> dict[str, Any]:
             reason = "lost a peer"
     else:  # no traceback: what it printed last, and how it ended
         code = codes.get(chosen.rank)
-        how = f"died of signal {-code}" if code is not None and code < 0 else "ended"
+        how = (f"called sys.exit({chosen.exit_code})" if chosen.exit_status == "sysexit"
+               else f"died of signal {-code}" if code is not None and code < 0 else "ended")
         error = tail(stderr_tail(run_dir, chosen.rank) + f"\n(no Python traceback: the process {how} "
                      f"after optimizer step {chosen.steps})")
     return {"rank": chosen.rank, "error": error, "reason": reason, "note": _note(chosen, ranks)}

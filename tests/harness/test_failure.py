@@ -89,6 +89,13 @@ def test_note_when_the_lost_peer_had_simply_finished(tmp_path):
                          "for it in a collective")
 
 
+def test_sys_exit_is_named_as_such(tmp_path):
+    ranks = [obs(0, "exception", PEER, t=2.0), obs(1, "sysexit", None, t=1.0, steps=2)]
+    ranks[1].exit_code = 3
+    f = find_failure(tmp_path, ranks)
+    assert f["rank"] == 1 and f["error"].endswith("(no Python traceback: the process called sys.exit(3) after optimizer step 2)")
+
+
 def test_killed_rank_error_says_how_it_ended(tmp_path):
     (tmp_path / "launcher.log").write_text(launcher_log((1, -9)))
     rdir = tmp_path / "ranks" / "1"
