@@ -21,6 +21,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+import psutil
+
 from harness import rundir
 from harness.monitor import Monitor, Snapshot
 from harness.failure import find_failure, launcher_exit_codes
@@ -30,6 +32,9 @@ from harness.watchdog import collect_hang
 
 KIT_ROOT = Path(__file__).resolve().parent.parent
 STATUSES = ("ok", "failed", "hung", "timeout", "interrupted")
+# How often to look for new descendants. Each look scans the process table on cores the ranks are
+# using; anything missed between looks is still found at the end (the tree's env marker).
+TREE_REFRESH_S = 1.0
 
 
 class LaunchError(Exception):
@@ -136,7 +141,7 @@ def default_run_dir(script: Path) -> Path:
 
 def build_command(cfg: LaunchConfig) -> list[str]:
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={cfg.nproc}",
-           f"--nnodes={cfg.nnodes}", f"--max-restarts={cfg.max_restarts}", "--monitor-interval=0.2"]
+           f"--nnodes={cfg.nnodes}", f"--max-restarts={cfg.max_restarts}"]
     if cfg.rdzv_endpoint:
         cmd += ["--rdzv-backend=c10d", f"--rdzv-endpoint={cfg.rdzv_endpoint}", f"--rdzv-id={cfg.rdzv_id}"]
     else:
@@ -185,15 +190,18 @@ def launch(
     monitor = Monitor(run_dir, startup_timeout=cfg.startup_timeout, hang_timeout=cfg.hang_timeout, tee=tee)
     status, hang, exit_code = "failed", None, None
     with open(run_dir / "launcher.log", "ab") as log:
-        proc = subprocess.Popen(cmd, env=build_env(cfg, run_dir, key, device), stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd=cfg.cwd, start_new_session=True)
-    tree = ProcessTree(proc.pid, env_marker=(rundir.RUN_DIR_ENV, str(run_dir)))
+        proc = psutil.Popen(cmd, env=build_env(cfg, run_dir, key, device), stdout=log,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            cwd=cfg.cwd, start_new_session=True)
+    tree = ProcessTree(proc, env_marker=(rundir.RUN_DIR_ENV, str(run_dir)))
     prev_term = _raise_on_sigterm()
+    refreshed = 0.0
     try:
         while True:
             exit_code = proc.poll()
-            tree.refresh()
+            if time.time() - refreshed > TREE_REFRESH_S:
+                tree.refresh()
+                refreshed = time.time()
             snap = monitor.poll()  # after the exit check: the last lines are read even on the final pass
             if on_progress:
                 on_progress(snap)
@@ -207,7 +215,10 @@ def launch(
                 hang = collect_hang(run_dir, monitor, script=cfg.script.resolve())
                 status = "hung"
                 break
-            time.sleep(poll_s)
+            try:  # returns at once when the launcher exits: no poll interval added to every run
+                proc.wait(timeout=poll_s)
+            except psutil.TimeoutExpired:
+                pass
     except KeyboardInterrupt:
         status = "interrupted"
     finally:
@@ -217,9 +228,8 @@ def launch(
         _ignore(signal.SIGTERM)
         try:
             tree.terminate()
-            if proc.poll() is None:
-                proc.wait(timeout=10)
-            exit_code = proc.returncode if exit_code is None else exit_code
+            if exit_code is None:
+                exit_code = proc.poll()  # how the launcher ended when we ended it (None: not known)
             result = _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, device)
         finally:
             _restore(signal.SIGTERM, prev_term)

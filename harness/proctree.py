@@ -12,17 +12,24 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections import defaultdict
 
 import psutil
 
 
 class ProcessTree:
-    def __init__(self, root_pid: int, env_marker: tuple[str, str] | None = None):
+    def __init__(self, root: int | psutil.Process, env_marker: tuple[str, str] | None = None):
+        """``root``: a pid, or the ``psutil.Popen`` of our own child, whose exit code then survives
+        the clean-up (psutil reaps a child it waits for; through its Popen the code is kept)."""
         self._seen: dict[int, float] = {}
+        self._procs: dict[int, psutil.Process] = {}
         # (name, value) of an environment variable every process of the launch inherits: finds
         # the ones that left the tree (a script's daemonized helper, an orphaned worker).
         self._env_marker = env_marker
-        self.add(root_pid)
+        if isinstance(root, psutil.Process):
+            self._procs[root.pid] = root
+            root = root.pid
+        self.add(root)
 
     def add(self, pid: int) -> None:
         try:
@@ -31,12 +38,21 @@ class ProcessTree:
             pass
 
     def refresh(self) -> None:
-        for pid in list(self._seen):
-            try:
-                for child in psutil.Process(pid).children(recursive=True):
-                    self._seen.setdefault(child.pid, child.create_time())
-            except psutil.Error:
-                continue
+        """Add the descendants of every process seen so far, from one scan of the process table
+        (this runs on every poll, on a machine whose cores the ranks are using)."""
+        children: dict[int, list[tuple[int, float]]] = defaultdict(list)
+        current: dict[int, float] = {}
+        for p in psutil.process_iter(["ppid", "create_time"]):
+            current[p.pid] = p.info["create_time"]
+            if p.info["ppid"] is not None:
+                children[p.info["ppid"]].append((p.pid, p.info["create_time"]))
+        # Expand only from processes that are still the ones we saw (a reused pid is not ours).
+        stack = [pid for pid, created in self._seen.items() if current.get(pid) == created]
+        while stack:
+            for pid, created in children.get(stack.pop(), ()):
+                if pid not in self._seen and created is not None:
+                    self._seen[pid] = created
+                    stack.append(pid)
 
     def adopt_strays(self) -> None:
         """Add every process carrying the launch's environment marker, wherever it was reparented."""
@@ -55,7 +71,7 @@ class ProcessTree:
         out = []
         for pid, created in self._seen.items():
             try:
-                p = psutil.Process(pid)
+                p = self._procs.get(pid) or psutil.Process(pid)
                 if p.create_time() == created and p.status() != psutil.STATUS_ZOMBIE:
                     out.append(p)
             except psutil.Error:

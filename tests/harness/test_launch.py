@@ -53,6 +53,28 @@ def test_final_params_are_saved_and_equal_across_ranks(ok_run):
     p1 = torch.load(rundir.rank_dir(ok_run.run_dir, 1) / rundir.FINAL_PARAMS)
     assert set(p0) == {"0.weight", "0.bias", "2.weight", "2.bias"}  # DDP's "module." stripped
     assert all(torch.equal(p0[k], p1[k]) for k in p0)
+    for rank in (0, 1):  # the file is the one the signed exit record vouches for
+        exit_rec = next(e for e in records(ok_run, rank) if e["kind"] == "exit")
+        assert exit_rec["params_sha256"] == rundir.sha256_file(rundir.rank_dir(ok_run.run_dir, rank) / rundir.FINAL_PARAMS)
+
+
+def test_final_params_are_the_trained_values(ok_run):
+    """ddp_ok.py's 12 steps redone in one process (DDP averages the two ranks' gradients): the
+    saved parameters are the end of training, not a stale or initial copy."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    gens = [torch.Generator().manual_seed(r) for r in (0, 1)]
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    for _ in range(12):
+        loss = sum(model(torch.randn(8, 16, generator=g)).pow(2).mean() for g in gens) / 2
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    saved = torch.load(rundir.rank_dir(ok_run.run_dir, 0) / rundir.FINAL_PARAMS)
+    for k, v in model.state_dict().items():
+        assert not torch.equal(saved[k], initial[k])
+        torch.testing.assert_close(saved[k], v, rtol=1e-5, atol=1e-6)
 
 
 def test_collective_trace_names_the_scripts_call_site(ok_run):
@@ -120,6 +142,7 @@ def test_rank_exiting_early_while_its_peer_waits(tmp_path):
 def test_hang_is_reported_with_each_ranks_blocked_line(tmp_path):
     res = run(tmp_path, "hang.py", hang_timeout=4)
     assert res.status == "hung"
+    assert res.exit_code not in (0, None)  # the launcher's real exit code once ended, not a reaped 0
     sites = {r["rank"]: r["blocked_at"] for r in res.hang["ranks"]}
     assert sites[0].endswith("hang.py:19")  # the rank-0-only barrier
     assert sites[1].endswith("hang.py:17")  # the all_reduce rank 1 waits in
@@ -178,7 +201,7 @@ def test_leak_shows_in_per_step_rss(tmp_path):
 
 def test_wall_clock_timeout(tmp_path):
     res = run(tmp_path, "slow.py", timeout=8, hang_timeout=30)
-    assert res.status == "timeout"
+    assert res.status == "timeout" and res.exit_code not in (0, None)
     assert rundir.load_run(res.run_dir)["status"] == "timeout" and res.hang is None
 
 
