@@ -49,7 +49,7 @@ def test_run_exits_1_when_the_job_fails(tmp_path):
 
 @pytest.mark.slow
 def test_run_exits_1_when_the_job_hangs(tmp_path):
-    p = tw("run", str(FIXTURES / "hang.py"), "--json", "--hang-timeout", "3", "--run-dir", str(tmp_path / "r"))
+    p = tw("run", str(FIXTURES / "hang.py"), "--json", "--hang-timeout", "5", "--run-dir", str(tmp_path / "r"))
     assert p.returncode == 1
     out = json.loads(p.stdout)
     assert out["status"] == "hung" and out["hang"]["phase"] == "running"
