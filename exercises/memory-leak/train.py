@@ -27,7 +27,7 @@ VAL_SIZE = 4096
 FEATURES = 32
 # optimisation
 GLOBAL_BATCH = 64  # samples per optimizer step, summed over ranks
-VAL_BATCH = 512
+VAL_BATCH = 1024
 EPOCHS = 3
 LEARNING_RATE = 3e-3
 WEIGHT_DECAY = 0.01
