@@ -11,7 +11,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from harness import rundir
+from harness import rundir, saves
 from harness.observe import RankObservation, observe_rank
 
 
@@ -59,6 +59,12 @@ class RunEvidence:
         path = rundir.rank_dir(self.run_dir, rank) / rundir.COLLECTIVES
         return rundir.read_records(path, self.key).valid
 
+    @cached_property
+    def file_ops(self) -> list[saves.FileOp]:
+        """Every traced torch.save / rename / copy of the script, on every rank, in start order."""
+        return saves.file_ops({r: rundir.read_records(rundir.rank_dir(self.run_dir, r) / rundir.SAVES,
+                                                      self.key).valid for r in self.ranks})
+
     def samples(self, rank: int, dataset: str, attempt: int | None = None) -> list[int]:
         return [r["i"] for r in self.ledgers.get(rank, [])
                 if r.get("ds") == dataset and (attempt is None or r.get("a") == attempt)]
@@ -100,6 +106,7 @@ def load_run(role: str, run_dir: Path) -> RunEvidence:
         recs = rundir.read_records(rundir.rank_dir(run_dir, r) / rundir.SAMPLES, key)
         ledgers[r] = recs.valid
         forged += recs.forged
+        forged += rundir.read_records(rundir.rank_dir(run_dir, r) / rundir.SAVES, key).forged
     return RunEvidence(role=role, run_dir=run_dir, run=run, ranks=ranks, ledgers=ledgers, forged=forged)
 
 

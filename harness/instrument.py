@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from harness import rundir
+from harness import rundir, saves
 
 # The outermost Python entry points of torch.distributed collectives. Nested calls (all_gather_object
 # calls all_gather) are recorded once, at the outermost level.
@@ -303,6 +303,8 @@ def install(run_dir: Path, rank: int, key: str, attempt: int, pg_timeout_s: floa
     dist.init_process_group = init_process_group
     c10d.init_process_group = init_process_group
     _install_faults(rec, json.loads(os.environ.pop("TRAINWRECK_FAULTS", "[]") or "[]"))
+    # After the faults: a save the harness tears on purpose still shows its begin and no end.
+    saves.install(run_dir, rank, key, attempt, lambda: rec.step)
     return rec
 
 

@@ -11,6 +11,7 @@ Layout (documented for users in docs/run-dir.md)::
         events.jsonl            start / pg_init / step / exit records (signed)
         collectives.jsonl       Python-level collective trace (signed)
         samples.jsonl           the sample ledger written by the kit's datasets (signed)
+        saves.jsonl             torch.save / os.replace / shutil.copyfile calls of the script (signed)
         stacks.txt              faulthandler dumps, on request
         final_params.pt         optimizer parameters at exit (its sha256 is in the signed exit event)
 
@@ -38,6 +39,7 @@ RUN_DIR_ENV = "TRAINWRECK_RUN_DIR"
 EVENTS = "events.jsonl"
 COLLECTIVES = "collectives.jsonl"
 SAMPLES = "samples.jsonl"
+SAVES = "saves.jsonl"
 STACKS = "stacks.txt"
 STDOUT = "stdout.log"
 STDERR = "stderr.log"

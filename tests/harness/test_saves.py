@@ -1,0 +1,84 @@
+"""The checkpoint-write trace: recorded from outside the script on a real run, and replayed into
+per-file histories (what was complete on disk, when, written by whom)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness import rundir
+from harness.launch import Fault, LaunchConfig, launch
+from harness.saves import file_history, file_ops
+from tests.conftest import FIXTURES, assert_nothing_left
+
+
+def rec(seq, ph, op="save", path=None, src=None, step=0, t=0.0, main=True, a=0, **kw):
+    r = {"a": a, "seq": seq, "ph": ph, "op": op, "step": step, "t": t, "main": main, **kw}
+    if ph == "begin":
+        r["path"] = path
+        if src:
+            r["src"] = src
+    return r
+
+
+ATOMIC = [rec(1, "begin", path="/w/c.tmp", step=3, t=1.0), rec(1, "end", t=2.0, bytes=10),
+          rec(2, "begin", op="rename", path="/w/c.pt", src="/w/c.tmp", step=3, t=2.1),
+          rec(2, "end", op="rename", t=2.2)]
+DIRECT_TORN = [rec(1, "begin", path="/w/c.pt", step=5, t=1.0)]
+FAILED = [rec(1, "begin", path="/w/c.pt", step=5, t=1.0), rec(1, "error", t=1.5, err="OSError: disk full")]
+COPY = ATOMIC + [rec(3, "begin", op="copy", path="/art/c-3.pt", src="/w/c.pt", step=4, t=3.0),
+                 rec(3, "end", op="copy", t=3.5)]
+
+
+@pytest.mark.parametrize("records, path, versions, torn, step", [
+    (ATOMIC, "/w/c.pt", [2.2], 0, 3),          # published by the rename, with the write's step
+    (ATOMIC, "/w/c.tmp", [2.0], 0, 3),
+    (DIRECT_TORN, "/w/c.pt", [], 1, None),     # the writer died mid-write: never complete
+    (FAILED, "/w/c.pt", [], 0, None),          # an error is not a version, nor a kill
+    (COPY, "/art/c-3.pt", [3.5], 0, 3),        # a copy holds what its source held (step 3, not 4)
+])
+def test_file_history(records, path, versions, torn, step):
+    h = file_history(file_ops({0: records})).get(path)
+    if not versions and not torn:
+        assert h is None or not h.versions
+        return
+    assert [t for t, _ in h.versions] == versions
+    assert len(h.torn) == torn
+    if step is not None:
+        assert h.versions[-1][1].step == step
+
+
+def test_two_ranks_writing_one_path_are_both_writers():
+    recs = {r: [rec(1, "begin", path="/w/same.pt", t=float(r)), rec(1, "end", t=r + 0.5)] for r in (0, 1)}
+    assert file_history(file_ops(recs))["/w/same.pt"].writers == {0, 1}
+
+
+@pytest.mark.slow
+def test_a_real_run_is_traced_from_outside(tmp_path):
+    res = launch(LaunchConfig(script=FIXTURES / "saves.py", run_dir=tmp_path / "run", cwd=tmp_path))
+    assert_nothing_left(tmp_path / "run")
+    assert res.status == "ok"
+    key = rundir.load_run(res.run_dir)["key"]
+    ops = file_ops({r: rundir.read_records(rundir.rank_dir(res.run_dir, r) / rundir.SAVES, key).valid
+                    for r in (0, 1)})
+    hist = file_history(ops)
+    ckpt = hist[str(tmp_path / "ckpt.pt")]
+    assert [v.step for _, v in ckpt.versions] == [1, 2, 3, 4] and ckpt.writers == {0}
+    assert all(v.main for _, v in ckpt.versions)
+    assert hist[str(tmp_path / "artifacts" / "ckpt-4.pt")].versions[0][1].path == str(tmp_path / "ckpt.pt.tmp")
+    assert hist[str(tmp_path / "shared.pt")].writers == {0, 1}
+    background = hist[str(tmp_path / "background.pt")].versions[0][1]
+    assert background.rank == 1 and not background.main
+    assert not any(str(res.run_dir) in (o.path or "") for o in ops)  # the harness's own files
+
+
+@pytest.mark.slow
+def test_a_save_torn_by_a_fault_has_no_end(tmp_path):
+    res = launch(LaunchConfig(script=FIXTURES / "torn_save.py", run_dir=tmp_path / "run", cwd=tmp_path,
+                              faults=[Fault(rank=0, step=3, when="save")]))
+    assert_nothing_left(tmp_path / "run")
+    key = rundir.load_run(res.run_dir)["key"]
+    ops = file_ops({0: rundir.read_records(rundir.rank_dir(res.run_dir, 0) / rundir.SAVES, key).valid})
+    h = file_history(ops)[str(tmp_path / "ckpt.pt")]
+    assert [v.step for _, v in h.versions] == [1, 2] and [o.step for o in h.torn] == [3]
