@@ -27,7 +27,10 @@ class Verification:
     def to_json(self) -> dict[str, Any]:
         return {"slug": self.slug, "ok": self.ok, "problems": self.problems,
                 "broken_failed": [c["name"] for c in (self.broken or {}).get("checks", []) if not c["passed"]],
-                "solution_score": (self.solution or {}).get("score")}
+                "solution_score": (self.solution or {}).get("score"),
+                **({"issues": {role: _fixed_count(res) for role, res in
+                               (("broken", self.broken), ("solution", self.solution))}}
+                   if (self.solution or {}).get("issues") else {})}
 
 
 def static_problems(ex: Exercise) -> list[str]:
@@ -72,9 +75,30 @@ def verify(ex: Exercise, out_dir: Path, device: str = "auto", progress=lambda s:
             v.problems.append(f"the broken script passes {name}, which it must fail ({msg})")
     if v.broken["passed"]:
         v.problems.append("the broken script passes grading")
+    v.problems += issue_problems(v.broken, v.solution)
     if v.broken["environment_failure"]:
         v.problems.append("grading the broken script hit an environment failure: " + _first_failed(v.broken))
     return v
+
+
+def issue_problems(broken: dict[str, Any], solution: dict[str, Any]) -> list[str]:
+    """Where the manifest groups checks into issues: the broken script must leave every issue
+    unfixed (each fails one of its checks) and the reference must fix every one."""
+    problems = []
+    for i in broken.get("issues", []):
+        if i["fixed"]:
+            problems.append(f"the broken script already fixes issue {i['name']!r}: all its checks pass "
+                            f"({', '.join(i['checks'])})")
+    for i in solution.get("issues", []):
+        if not i["fixed"]:
+            problems.append(f"the reference solution does not fix issue {i['name']!r}: it fails "
+                            f"{', '.join(i['failed'])}")
+    return problems
+
+
+def _fixed_count(res: dict[str, Any] | None) -> str:
+    issues = (res or {}).get("issues", [])
+    return f"{sum(i['fixed'] for i in issues)} of {len(issues)}"
 
 
 def _first_failed(res: dict[str, Any]) -> str:
