@@ -243,6 +243,8 @@ def _fix(err: dict[str, Any]) -> str:
         return f"use one of: {', '.join(CHECK_NAMES[:-1])}"
     if kind == "union_tag_not_found":
         return "give the check a name"
+    if kind == "too_short":
+        return "list at least that many"
     return "fix the value"
 
 
