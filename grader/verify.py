@@ -1,6 +1,7 @@
 """``trainwreck verify``: the kit's self-check (rustlings' `dev check`). For each exercise: the
-folder is complete, the broken script fails the checks its manifest says it must, the reference
-passes every check, and the recorded logs and baseline come from the current broken script."""
+folder is complete, the broken script fails the checks its manifest says it must (and, where the
+manifest groups its checks into issues, fixes none of them), the reference passes every check, and
+the recorded logs and baseline come from the current broken script."""
 
 from __future__ import annotations
 

@@ -153,6 +153,21 @@ def test_verify_wants_every_issue_broken_and_every_issue_fixed(broken_fixed, sol
     assert (problems == []) if says is None else any(says in p for p in problems), problems
 
 
+def test_json_output_and_console_show_issue_verdicts(capsys):
+    from grader import console
+    from grader.cli_grading import _public
+
+    s = score(_checks(["memory_flat"]), issues=ISSUES)
+    res = {"exercise": SLUG, "passed": s.passed, "score": s.score, "environment_failure": False,
+           "checks": [], "issues": [i.to_json() for i in s.issues], "throughput": None,
+           "submission": {"kind": "workspace"}, "environment": {}, "timings": {"total": 1.0}, "out_dir": "x"}
+    assert [(i["name"], i["fixed"]) for i in _public(res)["issues"]] == [("order", True), ("leak", False), ("end", True)]
+    assert set(_public(res)["issues"][0]) == {"name", "title", "fixed", "checks"}
+    console.grade_summary(res)
+    out = capsys.readouterr().out
+    assert "NOT FIXED" in out and "2 of 3 issues fixed" in out and "memory_flat" in out
+
+
 # --- checks on a run that failed after its last step ---------------------------------------------
 
 def _failed_run(tmp_path, steps=16, killed=()):
