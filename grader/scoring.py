@@ -9,8 +9,9 @@ An exercise with several planted bugs groups its checks into issues (``[[issues]
 manifest). Then each issue is fixed when every one of its checks passes, and the score is the
 weighted share of issues fixed: partial credit per issue. Only the checks outside every issue gate
 (``workload_intact``: a submission that shrinks the work scores 0 however many issues look fixed);
-checks inside an issue count through their issue alone. The submission passes when every issue is
-fixed and every required check passes.
+checks inside an issue count through their issue alone; credit checks outside every issue
+(throughput included) are reported but not scored, so put them in an issue to credit them. The
+submission passes when every issue is fixed and every required check passes.
 """
 
 from __future__ import annotations
