@@ -40,6 +40,7 @@ def _public(res) -> dict:
         "environment_failure": res["environment_failure"],
         "checks": [{k: c[k] for k in ("name", "passed", "evidence", "message", "required", "environment")}
                    for c in res["checks"]],
+        "issues": [{k: i[k] for k in ("name", "title", "fixed", "checks")} for i in res.get("issues", [])],
         "throughput": None if not res.get("throughput") else {
             k: res["throughput"][k] for k in ("speedup", "spread", "normalized", "rounds",
                                               "reference_speedup", "suspicious", "counted")},

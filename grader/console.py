@@ -109,6 +109,7 @@ def grade_summary(res) -> None:
         kind = "required" if c.get("required", True) else "credit"
         rows.append([c["name"], mark, kind, c["message"]])
     table(f"{res['exercise']} ({res['submission']['kind']})", ["check", "verdict", "kind", "evidence"], rows)
+    issues_summary(res.get("issues") or [])
     tp = res.get("throughput")
     if tp:
         text(f"throughput: {tp['speedup']:.2f}x broken (spread {tp['spread']:.0%}), reference "
@@ -123,9 +124,21 @@ def grade_summary(res) -> None:
     text(f"result: {res['out_dir']}/result.json")
 
 
+def issues_summary(issues) -> None:
+    """Per-issue verdicts of an exercise with several planted issues (partial credit)."""
+    if not issues:
+        return
+    rows = [[i["name"], "fixed" if i["fixed"] else "NOT FIXED", i["title"], ", ".join(i["failed"]) or "-"]
+            for i in issues]
+    table("issues (each scored on its own)", ["issue", "verdict", "symptom", "failing checks"], rows)
+    text(f"{sum(i['fixed'] for i in issues)} of {len(issues)} issues fixed")
+
+
 def verify_line(v) -> None:
     colour = "green" if v["ok"] else "red"
     out.print(f"[bold {colour}]{'ok' if v['ok'] else 'PROBLEM'}[/] {v['slug']}: broken fails "
               f"{', '.join(v['broken_failed']) or 'nothing'}; solution score {v['solution_score']}", markup=True)
+    if v.get("issues"):
+        text(f"    issues fixed: broken {v['issues']['broken']}, solution {v['issues']['solution']}")
     for p in v["problems"]:
         text(f"    - {p}")

@@ -140,7 +140,7 @@ def grade(ex: Exercise, opts: GradeOptions, progress: Progress = lambda s: None)
         checks.append(_throughput_check(tp, m))
     if env_failure:
         checks.append(CheckResult("environment", False, env_failure, environment=True))
-    s = score(checks, tp, m.throughput.weight if m.throughput else 0.0)
+    s = score(checks, tp, m.throughput.weight if m.throughput else 0.0, issues=m.issues)
     timings["total"] = round(time.time() - t0, 2)
     res = results.build(
         exercise=m.slug, submission=sub, checks=checks, throughput=tp, score=s,
@@ -205,7 +205,8 @@ def regrade(result_path: Path, ex: Exercise) -> dict[str, Any]:
     if old.get("throughput"):
         tp = ThroughputResult(**{k: v for k, v in old["throughput"].items()})
         checks.append(_throughput_check(tp, ex.manifest))
-    s = score(checks, tp, ex.manifest.throughput.weight if ex.manifest.throughput else 0.0)
+    s = score(checks, tp, ex.manifest.throughput.weight if ex.manifest.throughput else 0.0,
+              issues=ex.manifest.issues)
     res = dict(old)
     res.update(results.verdict(checks, tp, s))
     res["regraded_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -7,7 +7,8 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
 FORMAT_VERSION = 1
 MANIFEST = "exercise.toml"
@@ -127,6 +128,15 @@ class Throughput(_Strict):
     suspicious_factor: float = Field(2.0, gt=1.0, description="flag speedups this far above the reference")
 
 
+class Issue(_Strict):
+    """A named group of checks graded together (partial credit): fixed when all of them pass."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    title: str = Field(min_length=1)
+    checks: list[str] = Field(min_length=1)
+    weight: float = Field(1.0, gt=0)
+
+
 class Manifest(_Strict):
     format_version: int
     slug: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
@@ -144,6 +154,7 @@ class Manifest(_Strict):
     checks: list[CheckSpec]
     broken_fails: list[str] = Field(description="checks the broken script must fail")
     throughput: Throughput | None = None
+    issues: list[Issue] = []  # when given, the score is the weighted share of issues fixed
     hints: list[str]
     references: list[Reference] = []
 
@@ -159,6 +170,15 @@ class Manifest(_Strict):
     def _hints(cls, v: list[str]) -> list[str]:
         if len(v) < 3 or any(not h.strip() for h in v):
             raise ValueError("give at least 3 non-empty progressive hints")
+        return v
+
+    @field_validator("issues")
+    @classmethod
+    def _issues(cls, v: list[Issue], info: ValidationInfo) -> list[Issue]:
+        if not v or "checks" not in info.data or "broken_fails" not in info.data:
+            return v  # nothing to cross-check, or the fields it needs have their own errors
+        known = {c.name for c in info.data["checks"]} | ({"throughput"} if info.data.get("throughput") else set())
+        _check_issues(v, known, set(info.data["broken_fails"]))
         return v
 
     @model_validator(mode="after")
@@ -178,6 +198,27 @@ class Manifest(_Strict):
 
     def check(self, name: str):
         return next((c for c in self.checks if c.name == name), None)
+
+
+def _check_issues(issues: list[Issue], known: set[str], broken_fails: set[str]) -> None:
+    seen: dict[str, str] = {}
+    names = [i.name for i in issues]
+    for k, issue in enumerate(issues):
+        where = f"[{k}] {issue.name!r}"
+        if names.count(issue.name) > 1:
+            raise ValueError(f"{where}: the name {issue.name!r} is used by more than one issue; give each a "
+                             "name of its own")
+        for c in issue.checks:
+            if c not in known:
+                raise ValueError(f"{where}: checks names {c!r}, which is not among this exercise's checks; "
+                                 f"use one of: {', '.join(sorted(known))}")
+            if c in seen:
+                raise ValueError(f"{where}: check {c!r} is already in issue {seen[c]!r}; a check may belong "
+                                 "to one issue only")
+            seen[c] = issue.name
+        if not broken_fails & set(issue.checks):
+            raise ValueError(f"{where}: none of its checks is in broken_fails; list there the check the "
+                             "broken script fails because of this issue")
 
 
 def _loc(err: dict[str, Any]) -> str:
@@ -202,6 +243,8 @@ def _fix(err: dict[str, Any]) -> str:
         return f"use one of: {', '.join(CHECK_NAMES[:-1])}"
     if kind == "union_tag_not_found":
         return "give the check a name"
+    if kind == "too_short":
+        return "list at least that many"
     return "fix the value"
 
 

@@ -3,7 +3,9 @@ showed as the exercise's ``logs/`` and ``baseline.json``. Nothing in them is wri
 
 from __future__ import annotations
 
+import csv
 import importlib.metadata
+import io
 import os
 import platform
 import shutil
@@ -21,6 +23,8 @@ from harness.observe import median_step_s
 
 BASELINE = "baseline.json"
 LOGS = "logs"
+METRICS = "metrics.csv"  # in logs/: per rank and step, what a monitoring dashboard would show
+METRICS_COLUMNS = ("rank", "attempt", "step", "time_s", "step_ms", "rss_mb", "cuda_alloc_mb", "lr")
 
 
 def script_sha256(ex: Exercise) -> str:
@@ -45,6 +49,7 @@ def record(ex: Exercise, device: str = "auto", progress=lambda s: None) -> dict[
                 src = rundir.rank_dir(run_dir, r) / name
                 if src.exists():
                     shutil.copy2(src, staged / f"rank{r}.{name}")
+        (staged / METRICS).write_text(metrics_csv(ev), encoding="utf-8")
         for name in ("hang.txt", "launcher.log"):
             if (run_dir / name).exists():
                 shutil.copy2(run_dir / name, staged / name)
@@ -57,6 +62,27 @@ def record(ex: Exercise, device: str = "auto", progress=lambda s: None) -> dict[
         shutil.rmtree(old, ignore_errors=True)
         rundir.atomic_write_json(ex.dir / BASELINE, baseline)
     return baseline
+
+
+def metrics_csv(ev) -> str:
+    """Every rank's step records as CSV: seconds since the job's first record, the step's wall time,
+    RSS, CUDA memory where recorded, and the learning rate of each param group (``;``-separated).
+    Only the bootstrap's signed records count: nothing the script printed gets in."""
+    events = {r: ev.events(r) for r in sorted(ev.ranks)}
+    t0 = min((float(e["t"]) for recs in events.values() for e in recs if "t" in e), default=0.0)
+    buf = io.StringIO()
+    out = csv.writer(buf, lineterminator="\n")
+    out.writerow(METRICS_COLUMNS)
+    for r, recs in events.items():
+        for e in recs:
+            if e.get("kind") != "step":
+                continue
+            cuda = e.get("cuda_alloc_mb")
+            out.writerow([r, e.get("attempt", 0), e.get("step"), f"{float(e['t']) - t0:.3f}",
+                          f"{float(e.get('dt', 0.0)) * 1000:.2f}", f"{float(e.get('rss_mb', 0.0)):.1f}",
+                          "" if cuda is None else f"{float(cuda):.1f}",
+                          ";".join(f"{x:.6g}" for x in e.get("lr", []))])
+    return buf.getvalue()
 
 
 def _baseline(ex: Exercise, ev) -> dict[str, Any]:

@@ -18,6 +18,7 @@ def verdict(checks, throughput, s) -> dict[str, Any]:
         "score": s.score,
         "environment_failure": s.environment_failure,
         "failed_required": s.gate,
+        "issues": [i.to_json() for i in s.issues],  # per-issue verdicts; empty unless the manifest groups checks
         "checks": [c.to_json() for c in checks],
         "throughput": throughput.to_json() if throughput else None,
     }

@@ -1,6 +1,7 @@
 """``trainwreck verify``: the kit's self-check (rustlings' `dev check`). For each exercise: the
-folder is complete, the broken script fails the checks its manifest says it must, the reference
-passes every check, and the recorded logs and baseline come from the current broken script."""
+folder is complete, the broken script fails the checks its manifest says it must (and, where the
+manifest groups its checks into issues, fixes none of them), the reference passes every check, and
+the recorded logs and baseline come from the current broken script."""
 
 from __future__ import annotations
 
@@ -27,7 +28,10 @@ class Verification:
     def to_json(self) -> dict[str, Any]:
         return {"slug": self.slug, "ok": self.ok, "problems": self.problems,
                 "broken_failed": [c["name"] for c in (self.broken or {}).get("checks", []) if not c["passed"]],
-                "solution_score": (self.solution or {}).get("score")}
+                "solution_score": (self.solution or {}).get("score"),
+                **({"issues": {role: _fixed_count(res) for role, res in
+                               (("broken", self.broken), ("solution", self.solution))}}
+                   if (self.solution or {}).get("issues") else {})}
 
 
 def static_problems(ex: Exercise) -> list[str]:
@@ -72,9 +76,30 @@ def verify(ex: Exercise, out_dir: Path, device: str = "auto", progress=lambda s:
             v.problems.append(f"the broken script passes {name}, which it must fail ({msg})")
     if v.broken["passed"]:
         v.problems.append("the broken script passes grading")
+    v.problems += issue_problems(v.broken, v.solution)
     if v.broken["environment_failure"]:
         v.problems.append("grading the broken script hit an environment failure: " + _first_failed(v.broken))
     return v
+
+
+def issue_problems(broken: dict[str, Any], solution: dict[str, Any]) -> list[str]:
+    """Where the manifest groups checks into issues: the broken script must leave every issue
+    unfixed (each fails one of its checks) and the reference must fix every one."""
+    problems = []
+    for i in broken.get("issues", []):
+        if i["fixed"]:
+            problems.append(f"the broken script already fixes issue {i['name']!r}: all its checks pass "
+                            f"({', '.join(i['checks'])})")
+    for i in solution.get("issues", []):
+        if not i["fixed"]:
+            problems.append(f"the reference solution does not fix issue {i['name']!r}: it fails "
+                            f"{', '.join(i['failed'])}")
+    return problems
+
+
+def _fixed_count(res: dict[str, Any] | None) -> str:
+    issues = (res or {}).get("issues", [])
+    return f"{sum(i['fixed'] for i in issues)} of {len(issues)}"
 
 
 def _first_failed(res: dict[str, Any]) -> str:

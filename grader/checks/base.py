@@ -45,6 +45,23 @@ def need(ctx: Context, name: str, role: str, ok_only: bool = True) -> RunEvidenc
     return ev
 
 
+def trained_to_the_end(ev: RunEvidence, steps: int) -> bool:
+    """Every rank of the job made all the workload's optimizer steps in its last attempt."""
+    return len(ev.ranks) == ev.world_size > 0 and all(o.steps >= steps for o in ev.ranks.values())
+
+
+def need_trained(ctx: Context, name: str, role: str = "main") -> RunEvidence | CheckResult:
+    """Like ``need``, but a run that failed only after every rank finished training (a collective at
+    the end that one rank never reached, say) is judged too: the records of its training are whole,
+    and how the job ended is for ``completes`` to judge. This is what lets an exercise with several
+    planted issues credit each one while another still breaks the end of the run."""
+    ev = need(ctx, name, role, ok_only=False)
+    if isinstance(ev, CheckResult) or ev.status == "ok" or trained_to_the_end(ev, ctx.manifest.workload.steps):
+        return ev
+    return CheckResult(name, False, f"{ev.describe()} did not complete (status {ev.status}) and stopped before "
+                       f"the last of its {ctx.manifest.workload.steps} steps", {"status": ev.status})
+
+
 def ranges(indices: list[int], limit: int = 4) -> str:
     """'0-63, 128-131' for a sorted list of ints, at most ``limit`` ranges."""
     if not indices:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from grader.checks.base import CheckResult, Context, need
+from grader.checks.base import CheckResult, Context, need, need_trained
 from grader.evidence import RunEvidence, harness_failed
 
 WRAPPER_PREFIXES = ("module.", "_orig_mod.")
@@ -56,7 +56,7 @@ def _ranks_agree(ev: RunEvidence, name: str) -> CheckResult | dict[str, Any]:
 
 def matches_reference(spec, ctx: Context) -> CheckResult:
     name = "matches_reference"
-    ev, ref = need(ctx, name, "main"), need(ctx, name, "reference")
+    ev, ref = need_trained(ctx, name), need(ctx, name, "reference")
     for x in (ev, ref):
         if isinstance(x, CheckResult):
             return x

@@ -11,7 +11,7 @@ import math
 from collections import Counter
 from typing import Any
 
-from grader.checks.base import CheckResult, Context, need, ranges
+from grader.checks.base import CheckResult, Context, need, need_trained, ranges
 
 # Positions an index may move between two epochs and still count as "the same order": DataLoader
 # workers interleave their batches in the ledger, so equal orders are not always equal lists.
@@ -27,7 +27,7 @@ def same_order_fraction(a: list[int], b: list[int]) -> float:
 
 def sample_partition(spec, ctx: Context) -> CheckResult:
     name = "sample_partition"
-    ev = need(ctx, name, "main")
+    ev = need_trained(ctx, name)
     if isinstance(ev, CheckResult):
         return ev
     wl = ctx.manifest.workload
@@ -66,8 +66,9 @@ def sample_partition(spec, ctx: Context) -> CheckResult:
                                    f"({frac:.0%} of indices within {ORDER_WINDOW} positions)", evidence)
     if spec.resume:
         return _resume(spec, ctx, seqs, evidence)
+    after = "" if ev.status == "ok" else f" (every step was made; the job then ended with status {ev.status})"
     return CheckResult(name, True, f"{epochs} epochs: each a partition of the {n} samples across {w} ranks, "
-                       "in a new order each epoch", evidence)
+                       f"in a new order each epoch{after}", evidence)
 
 
 def _resume_point(ev, rank: int) -> int | None:

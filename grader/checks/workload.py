@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from grader.checks.base import CheckResult, Context, need
+from grader.checks.base import CheckResult, Context, need, trained_to_the_end
 
 
 def workload_intact(spec, ctx: Context) -> CheckResult:
@@ -43,7 +43,16 @@ def workload_intact(spec, ctx: Context) -> CheckResult:
     if odd:
         r, g = next(iter(odd.items()))
         problems.append(f"rank {r} initialised a process group of world size {g}; the exercise runs {w}")
-    if ev.status == "ok":
+    # A job that failed after every rank's last step (at a collective in the end-of-run path) did
+    # all of its work, and the records show what: judge it; how it ended is `completes`' business.
+    finished = ev.status == "ok" or trained_to_the_end(ev, wl.steps)
+    killed: list[int] = []
+    if finished and ev.status != "ok":
+        killed = sorted(r for r, o in ev.ranks.items() if o.exit_code is None or not o.n_params)
+        if killed:
+            problems.append(f"rank {killed[0]} left no record of the parameters it trained (it was killed before "
+                            "its exit record), so they cannot be counted")
+    if finished:
         bad = {r: s for r, s in steps.items() if s != wl.steps}
         if bad:
             r, s = next(iter(bad.items()))
@@ -64,14 +73,15 @@ def workload_intact(spec, ctx: Context) -> CheckResult:
             if off:
                 r, n = next(iter(off.items()))
                 problems.append(f"rank {r} consumed {n} samples of {ds!r}; the workload is {want}")
-        bad_p = {r: p for r, p in params.items() if p != wl.params}
+        bad_p = {r: p for r, p in params.items() if p != wl.params and r not in killed}
         if bad_p:
             r, p = next(iter(bad_p.items()))
             problems.append(f"rank {r} trained {p} parameters; the model has {wl.params}")
     if problems:
         return CheckResult(name, False, "; ".join(problems), evidence)
-    if ev.status != "ok":
+    if not finished:
         return CheckResult(name, False, f"{ev.describe()} did not complete, so the work done cannot be "
                            "checked", evidence)
+    after = "" if ev.status == "ok" else f" (the job then ended with status {ev.status})"
     return CheckResult(name, True, f"{w} ranks × {wl.steps} steps, {wl.steps * wl.global_batch} samples "
-                       f"covering all {wl.dataset_size}, {wl.params} parameters, files as shipped", evidence)
+                       f"covering all {wl.dataset_size}, {wl.params} parameters, files as shipped{after}", evidence)

@@ -15,9 +15,11 @@ KEY = "0123456789abcdef0123456789abcdef"
 def make_run(root: Path, world_size: int = 2, steps: int = 10, status: str = "ok",
              rss: list[float] | None = None, ledgers: dict[int, list[int]] | None = None,
              params: dict[int, dict[str, torch.Tensor]] | None = None,
-             attempts: dict[int, list[dict[str, Any]]] | None = None, dataset: str = "train") -> Path:
+             attempts: dict[int, list[dict[str, Any]]] | None = None, dataset: str = "train",
+             killed: tuple[int, ...] = ()) -> Path:
     """A finished run: ``steps`` step records per rank (RSS from ``rss``), the given ledger
-    indices, and final params per rank. ``attempts`` adds raw records per rank (restart tests)."""
+    indices, and final params per rank. ``attempts`` adds raw records per rank (restart tests);
+    ranks in ``killed`` leave no exit record and no final params, as after a SIGKILL."""
     root.mkdir(parents=True, exist_ok=True)
     for r in range(world_size):
         d = rundir.rank_dir(root, r)
@@ -30,11 +32,12 @@ def make_run(root: Path, world_size: int = 2, steps: int = 10, status: str = "ok
             ev.write(rec)
         exit_rec = {"kind": "exit", "attempt": 0, "t": float(steps), "status": "ok", "code": 0,
                     "steps": steps, "error": None}
-        if params is not None:
+        if params is not None and r not in killed:
             torch.save(params[r], d / rundir.FINAL_PARAMS)
             exit_rec.update(params_sha256=rundir.sha256_file(d / rundir.FINAL_PARAMS),
                             numel=sum(t.numel() for t in params[r].values()))
-        ev.write(exit_rec)
+        if r not in killed:
+            ev.write(exit_rec)
         ev.close()
         led = rundir.RecordWriter(d / rundir.SAMPLES, KEY)
         for n, i in enumerate((ledgers or {}).get(r, [])):

@@ -65,4 +65,6 @@ def test_record_writes_logs_and_a_baseline_from_telemetry(home):
     assert b["ranks"]["0"]["steps"] == 192 and b["ranks"]["0"]["memory_slope_mb_per_step"] > 0.5
     assert json.loads((ex.dir / "baseline.json").read_text()) == b
     assert "mem" in (ex.dir / "logs" / "rank0.stdout.log").read_text()
+    metrics = (ex.dir / "logs" / "metrics.csv").read_text().splitlines()
+    assert metrics[0].startswith("rank,attempt,step,time_s") and len(metrics) == 1 + 2 * 192
     assert static_problems(ex) == []
