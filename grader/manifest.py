@@ -133,6 +133,8 @@ class CheckpointFresh(_Check):
     interval: int = Field(gt=0, description="k: optimizer steps between checkpoints")
     slack: int = Field(0, ge=0, description="steps a checkpoint may take to be written, beyond interval")
     copies: list[str] = []  # other places every checkpoint must reach: a file, or a folder ending in /
+    # steps a copy may trail beyond interval (an upload to a remote store takes longer); slack if None
+    copy_slack: int | None = Field(None, ge=0)
     key: str | None = None  # where the model state dict sits inside the checkpoint, if nested
     require_keys: list[str] = []  # top-level keys every checkpoint must hold
     # every checkpoint relied on must be at least this share of the reference run's final checkpoint

@@ -184,14 +184,17 @@ class _Holdings:
         return None, "its parameters are none the run had after any step"
 
 
-def _targets(spec, work: Path, paths: list[str]) -> dict[str, list[str]]:
+def _targets(spec, work: Path, paths: list[str]) -> dict[str, tuple[list[str], int]]:
+    """Per target, the traced paths it covers and the slack it is allowed."""
     out = {}
+    copy_slack = spec.slack if spec.copy_slack is None else spec.copy_slack
     for t in [spec.path, *spec.copies]:
         full = str((work / t).resolve())
         if t.endswith("/"):
-            out[t] = [p for p in paths if p.startswith(full + "/")]
+            covered = [p for p in paths if p.startswith(full + "/")]
         else:
-            out[t] = [p for p in paths if p == full]
+            covered = [p for p in paths if p == full]
+        out[t] = (covered, spec.slack if t == spec.path else copy_slack)
     return out
 
 
@@ -200,8 +203,9 @@ def checkpoint_fresh(spec, ctx: Context) -> CheckResult:
     ev = need(ctx, name, "main")
     if isinstance(ev, CheckResult):
         return ev
-    k, slack = spec.interval, spec.slack
-    evidence: dict[str, Any] = {"path": spec.path, "copies": spec.copies, "interval": k, "slack": slack}
+    k = spec.interval
+    evidence: dict[str, Any] = {"path": spec.path, "copies": spec.copies, "interval": k, "slack": spec.slack,
+                                "copy_slack": spec.copy_slack}
     if not any(step_fingerprints(ev, r) for r in ev.ranks):
         return CheckResult(name, False, "the main run was not recorded with parameter fingerprints "
                            "(TRAINWRECK_FINGERPRINT=1), so which step a checkpoint holds cannot be told",
@@ -223,8 +227,8 @@ def checkpoint_fresh(spec, ctx: Context) -> CheckResult:
     ends = [(int(r["step"]), float(r["t"])) for r in ev.events(0)
             if r.get("kind") == "step" and int(r.get("attempt", 0)) == last]
     evidence["targets"] = {}
-    for target, paths in _targets(spec, work, list(timelines)).items():
-        info: dict[str, Any] = {"files": len(paths)}
+    for target, (paths, slack) in _targets(spec, work, list(timelines)).items():
+        info: dict[str, Any] = {"files": len(paths), "slack": slack}
         evidence["targets"][target] = info
         seen: dict[int, int | None] = {}  # save seq -> step held, for the evidence
         rejected: list[str] = []
@@ -265,7 +269,8 @@ def checkpoint_fresh(spec, ctx: Context) -> CheckResult:
     if not valid.passed:
         return CheckResult(name, False, valid.message, evidence, environment=valid.environment)
     steps = evidence["targets"][spec.path]["checkpoint_steps"]
-    return CheckResult(name, True, f"at every step from {k + slack} on, {' and '.join(evidence['targets'])} held "
-                       f"a complete checkpoint at most {k} + {slack} steps old (states of steps "
+    allowed = " and ".join(f"{t} a complete checkpoint at most {k} + {i['slack']} steps old"
+                           for t, i in evidence["targets"].items())
+    return CheckResult(name, True, f"at every step from {k + spec.slack} on, {allowed} (states of steps "
                        f"{', '.join(map(str, steps[:6]))}{', ...' if len(steps) > 6 else ''}); at the end "
                        f"{spec.path} loads and holds the final parameters", evidence)

@@ -126,7 +126,7 @@ BACKGROUND = [o for s in range(K, STEPS + 1, K)  # written while the next steps 
 
 
 @pytest.mark.parametrize("saves, final, passed, says", [
-    (every(K), full_state(STEPS), True, "held a complete checkpoint"),              # synchronous, every k
+    (every(K), full_state(STEPS), True, "out/ckpt.pt a complete checkpoint at most 10 + 2 steps old"),
     (BACKGROUND, full_state(STEPS), True, "states of steps 10, 20"),                 # in the background
     ([], full_state(STEPS), False, "at step 12 there was no complete checkpoint"),  # never during the run
     (atomic(STEPS), full_state(STEPS), False, "at step 12 there was no complete"),  # only after the loop
@@ -221,7 +221,8 @@ def test_slowing_every_step_does_not_hide_a_stall(tmp_path, mine, reference, pas
     ("min_steps = 100", "min_steps = 5", "min_steps: Input should be greater than or equal to 20"),
     ("interval = 50", "interval = 0", "interval: Input should be greater than 0"),
     ('copies = ["artifacts/"]', 'copies = ["/abs/artifacts/"]', "copies: give paths relative"),
-    ("slack = 25", "slack = 25\nslak = 3", "slak: Extra inputs are not permitted; remove it"),
+    ("slack = 40", "slack = 40\nslak = 3", "slak: Extra inputs are not permitted; remove it"),
+    ("copy_slack = 120", "copy_slack = -1", "copy_slack: Input should be greater than or equal to 0"),
     ('path = "out/ckpt.pt"\n', "", "path: Field required; add it"),
     ("min_size_of_reference = 0.9", "min_size_of_reference = 1.5", "less than or equal to 1"),
 ])
@@ -236,3 +237,25 @@ def test_manifest_fields_of_the_stall_checks(tmp_path, old, new, says):
     with pytest.raises(ManifestError) as e:
         load_manifest(d)
     assert says in str(e.value) and "exercise.toml" in str(e.value), str(e.value)
+
+
+def uploads(delay: int) -> list[dict]:
+    """Checkpoints every K steps, each reaching the artifact store ``delay`` steps later."""
+    ops = every(K)
+    for s in range(K, STEPS + 1, K):
+        b = t_end(min(s + delay, STEPS)) + 0.05
+        ops += [{"op": "copy", "path": f"artifacts/.c{s}.partial", "src": "out/ckpt.pt", "begin": b,
+                 "end": b + 0.01, "step": s + delay},
+                {"op": "rename", "path": f"artifacts/c{s}.pt", "src": f"artifacts/.c{s}.partial",
+                 "begin": b + 0.011, "end": b + 0.012, "step": s + delay}]
+    return sorted(ops, key=lambda o: o["begin"])
+
+
+@pytest.mark.parametrize("copy_slack, passed, says", [
+    (None, False, "at step 12 there was no complete checkpoint at artifacts/"),  # copies get the slack
+    (6, True, "artifacts/ a complete checkpoint at most 10 + 6 steps old"),
+])
+def test_copies_may_trail_by_their_own_slack(tmp_path, copy_slack, passed, says):
+    c = judge(tmp_path, fresh(copies=["artifacts/"], copy_slack=copy_slack), saves=uploads(5),
+              final_ckpt=full_state(STEPS))
+    assert c.passed is passed and says in c.message, c.message
