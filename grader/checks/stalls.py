@@ -269,7 +269,7 @@ def checkpoint_fresh(spec, ctx: Context) -> CheckResult:
     if not valid.passed:
         return CheckResult(name, False, valid.message, evidence, environment=valid.environment)
     steps = evidence["targets"][spec.path]["checkpoint_steps"]
-    allowed = " and ".join(f"{t} a complete checkpoint at most {k} + {i['slack']} steps old"
+    allowed = " and ".join(f"{t} held a complete checkpoint at most {k} + {i['slack']} steps old"
                            for t, i in evidence["targets"].items())
     return CheckResult(name, True, f"at every step from {k + spec.slack} on, {allowed} (states of steps "
                        f"{', '.join(map(str, steps[:6]))}{', ...' if len(steps) > 6 else ''}); at the end "
