@@ -259,3 +259,22 @@ def test_copies_may_trail_by_their_own_slack(tmp_path, copy_slack, passed, says)
     c = judge(tmp_path, fresh(copies=["artifacts/"], copy_slack=copy_slack), saves=uploads(5),
               final_ckpt=full_state(STEPS))
     assert c.passed is passed and says in c.message, c.message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode, passed, says", [
+    ("sync", True, "states of steps 5, 10, 15"),
+    ("stale", False, "at step 12 the newest complete checkpoint at out/ckpt.pt held step 5: 7 steps old"),
+])
+def test_a_real_run_is_judged_by_the_state_written_not_the_step_it_was_written_at(tmp_path, mode, passed, says):
+    from harness.launch import LaunchConfig, launch
+    from tests.conftest import FIXTURES, assert_nothing_left
+
+    res = launch(LaunchConfig(script=FIXTURES / "stale_checkpoint.py", run_dir=tmp_path / "run",
+                              cwd=tmp_path / "run" / "work",
+                              env={"TRAINWRECK_FINGERPRINT": "1", "CKPT_MODE": mode}))
+    assert_nothing_left(tmp_path / "run")
+    assert res.status == "ok"
+    spec = fresh(interval=5, slack=1, require_keys=["model", "optimizer", "step"])
+    c = run_check(spec, Context(None, {"main": load_run("main", res.run_dir)}))
+    assert c.passed is passed and says in c.message, c.message
