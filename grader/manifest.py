@@ -110,14 +110,53 @@ class CollectivesPerStep(_Check):
     max_per_step: float = Field(gt=0)
 
 
+class StepTimeTail(_Check):
+    """p99 over median of each rank's step times after warm-up: a stall every k steps (a synchronous
+    checkpoint, an upload) puts the p99 far above the median while the median hardly moves."""
+
+    name: Literal["step_time_tail"]
+    max_p99_over_median: float = Field(gt=1.0)
+    warmup_steps: int = Field(5, ge=0)
+    min_steps: int = Field(100, ge=20, description="steps after warm-up a p99 needs to mean something")
+    # the median step may be at most this many times the reference run's: slowing every step down
+    # also hides a stall from the ratio
+    max_median_over_reference: float | None = Field(None, gt=1.0)
+
+
+class CheckpointFresh(_Check):
+    """At every optimizer step, a complete checkpoint holding a step no older than ``interval`` +
+    ``slack`` steps existed at ``path`` (and in each of ``copies``), from the first time one was
+    due; at the end ``path`` loads and holds the final state. Which step a file holds is found from
+    the parameter fingerprints of what was serialised, not from the script."""
+
+    name: Literal["checkpoint_fresh"]
+    path: str  # relative to the script's working dir
+    interval: int = Field(gt=0, description="k: optimizer steps between checkpoints")
+    slack: int = Field(0, ge=0, description="steps a checkpoint may take to be written, beyond interval")
+    copies: list[str] = []  # other places every checkpoint must reach: a file, or a folder ending in /
+    # steps a copy may trail beyond interval (an upload to a remote store takes longer); slack if None
+    copy_slack: int | None = Field(None, ge=0)
+    key: str | None = None  # where the model state dict sits inside the checkpoint, if nested
+    require_keys: list[str] = []  # top-level keys every checkpoint must hold
+    # every checkpoint relied on must be at least this share of the reference run's final checkpoint
+    min_size_of_reference: float = Field(0.9, ge=0, le=1)
+
+    @field_validator("copies")
+    @classmethod
+    def _copies(cls, v: list[str]) -> list[str]:
+        if any(not c.strip() or c.startswith("/") for c in v):
+            raise ValueError("give paths relative to the script's working dir (a folder ends in /)")
+        return v
+
+
 CheckSpec = Annotated[
     Union[Completes, SamplePartition, MemoryFlat, MatchesReference, WorldSizeEquivalence,
-          WorkloadIntact, CheckpointValid, CollectivesPerStep],
+          WorkloadIntact, CheckpointValid, CollectivesPerStep, StepTimeTail, CheckpointFresh],
     Field(discriminator="name"),
 ]
 CHECK_NAMES = ("completes", "sample_partition", "memory_flat", "matches_reference",
                "world_size_equivalence", "workload_intact", "checkpoint_valid", "collectives_per_step",
-               "throughput")
+               "step_time_tail", "checkpoint_fresh", "throughput")
 
 
 class Throughput(_Strict):

@@ -304,7 +304,7 @@ def install(run_dir: Path, rank: int, key: str, attempt: int, pg_timeout_s: floa
     c10d.init_process_group = init_process_group
     _install_faults(rec, json.loads(os.environ.pop("TRAINWRECK_FAULTS", "[]") or "[]"))
     # After the faults: a save the harness tears on purpose still shows its begin and no end.
-    saves.install(run_dir, rank, key, attempt, lambda: rec.step)
+    saves.install(run_dir, rank, key, attempt, lambda: rec.step, fingerprints=rec.fingerprints)
     return rec
 
 

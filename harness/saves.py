@@ -8,6 +8,13 @@ Installed by the rank bootstrap (``install``) after fault injection, so a write 
 on purpose still shows its ``begin`` and no ``end``. The reader (``file_history``) is a pure function
 over verified records, shared by the grader's checks.
 
+With fingerprints on (``TRAINWRECK_FINGERPRINT=1``, as for the step records), a ``torch.save`` also
+records what it serialised: the fingerprint of every floating-point tensor in the object, by its
+path in the object (``model.net.0.weight``), taken as the instrumentation's per-step parameter
+fingerprint takes it, and whether those tensors changed while the write ran. The grader matches
+them against the per-step fingerprints to tell which step's state a file holds, whatever step the
+script was at when it called ``torch.save``.
+
 Not traced: writes that bypass these three functions (``open().write`` of raw bytes,
 ``torch.distributed.checkpoint``'s own writers); a check that depends on the trace says so.
 """
@@ -58,10 +65,18 @@ class SaveTrace:
         with self._wlock:
             self._w.write(rec)
 
-    def timed(self, op: str, fn, dst: str | None, src: str | None = None):
+    def timed(self, op: str, fn, dst: str | None, src: str | None = None, obj: Any = None,
+              fingerprints: bool = False):
         """Run ``fn`` between a begin and an end (or error) record."""
         seq = _next_seq()
-        self.write(seq=seq, ph="begin", op=op, path=dst, **({"src": src} if src else {}))
+        extra: dict[str, Any] = {"src": src} if src else {}
+        fps = None
+        if fingerprints:
+            fps = tensor_fingerprints(obj)
+            extra["fp"] = fps
+            if isinstance(obj, dict):
+                extra["keys"] = [str(k) for k in list(obj)[:64]]
+        self.write(seq=seq, ph="begin", op=op, path=dst, **extra)
         t0 = time.perf_counter()
         try:
             out = fn()
@@ -75,11 +90,46 @@ class SaveTrace:
                 size = os.path.getsize(dst)
             except OSError:
                 pass
-        self.write(seq=seq, ph="end", op=op, dur=time.perf_counter() - t0, bytes=size)
+        end: dict[str, Any] = {}
+        if fps is not None and tensor_fingerprints(obj) != fps:
+            end["fp_changed"] = True  # the tensors moved on while they were being written
+        self.write(seq=seq, ph="end", op=op, dur=time.perf_counter() - t0, bytes=size, **end)
         return out
 
 
-def install(run_dir: Path, rank: int, key: str, attempt: int, step: Callable[[], int]) -> SaveTrace:
+MAX_FINGERPRINTS = 4096  # tensors per save; a larger object records the first ones
+
+
+def tensor_fingerprints(obj: Any) -> dict[str, float]:
+    """``{path: sum of the first 8 elements in float64}`` for every floating-point tensor in a
+    nest of dicts, lists and tuples: the per-parameter terms of ``instrument.fingerprint``."""
+    import torch
+
+    found: list[tuple[str, Any]] = []
+
+    def walk(x: Any, path: str, depth: int) -> None:
+        if len(found) >= MAX_FINGERPRINTS or depth > 8:
+            return
+        if isinstance(x, torch.Tensor):
+            if x.is_floating_point() and x.numel():
+                found.append((path, x))
+        elif isinstance(x, dict):
+            for k, v in x.items():
+                walk(v, f"{path}.{k}" if path else str(k), depth + 1)
+        elif isinstance(x, (list, tuple)):
+            for i, v in enumerate(x):
+                walk(v, f"{path}.{i}" if path else str(i), depth + 1)
+
+    walk(obj, "", 0)
+    if not found:
+        return {}
+    with torch.no_grad():
+        vals = torch.stack([t.detach().reshape(-1)[:8].double().sum().cpu() for _, t in found])
+    return dict(zip((p for p, _ in found), vals.tolist()))
+
+
+def install(run_dir: Path, rank: int, key: str, attempt: int, step: Callable[[], int],
+            fingerprints: bool = False) -> SaveTrace:
     import torch  # here, not at the top: the grader reads traces without importing torch
 
     trace = SaveTrace(run_dir, rank, key, attempt, step)
@@ -94,7 +144,8 @@ def install(run_dir: Path, rank: int, key: str, attempt: int, step: Callable[[],
         path = _path_of(f)
         if not traced(path):  # an in-memory buffer, or the harness's own final_params.pt
             return orig_save(obj, f, *args, **kwargs)
-        return trace.timed("save", lambda: orig_save(obj, f, *args, **kwargs), path)
+        return trace.timed("save", lambda: orig_save(obj, f, *args, **kwargs), path, obj=obj,
+                           fingerprints=fingerprints)
 
     torch.save = save
     torch.serialization.save = save
@@ -142,6 +193,9 @@ class FileOp:
     dur: float | None = None
     bytes: int | None = None
     error: str | None = None
+    fp: dict[str, float] | None = None  # save, with fingerprints on: what it serialised, by tensor path
+    keys: list[str] | None = None  # save of a dict: its top-level keys
+    fp_changed: bool = False  # the saved tensors changed while the write ran
 
     @property
     def completed(self) -> bool:
@@ -169,13 +223,14 @@ def file_ops(records_by_rank: dict[int, list[dict[str, Any]]]) -> list[FileOp]:
             if r.get("ph") == "begin":
                 op = FileOp(rank=rank, attempt=k[0], seq=k[1], op=r.get("op", "?"), path=r.get("path"),
                             src=r.get("src"), step=int(r.get("step", 0)), main=bool(r.get("main", True)),
-                            t_begin=float(r.get("t", 0.0)))
+                            t_begin=float(r.get("t", 0.0)), fp=r.get("fp"), keys=r.get("keys"))
                 open_ops[k] = op
                 ops.append(op)
             elif k in open_ops:
                 op = open_ops.pop(k)
                 op.t_end, op.dur = float(r.get("t", 0.0)), r.get("dur")
                 op.bytes = r.get("bytes")
+                op.fp_changed = bool(r.get("fp_changed", False))
                 if r.get("ph") == "error":
                     op.error = r.get("err", "error")
     return sorted(ops, key=lambda o: (o.t_begin, o.rank, o.seq))

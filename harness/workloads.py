@@ -9,6 +9,9 @@ the harness the ledger is a no-op and these are plain torch datasets and modules
 from __future__ import annotations
 
 import math
+import os
+import shutil
+import time
 from dataclasses import dataclass
 
 import torch
@@ -138,3 +141,34 @@ class Workload:
     @property
     def steps(self) -> int:
         return self.steps_per_epoch * self.epochs
+
+
+class ArtifactStore:
+    """The kit's stand-in for a remote artifact store (an object store, a shared network mount): a
+    local folder reached at the bandwidth of a network link, since a local disk is ten times faster
+    than the link a real store is behind. An upload copies the file in under a temporary name,
+    takes as long as ``mb_per_s`` needs for its bytes (waiting on the link, not computing), and
+    then appears under its name whole, as an object-store PUT does."""
+
+    def __init__(self, root: str, mb_per_s: float = 16.0):
+        self.root = root
+        self.mb_per_s = mb_per_s
+
+    def upload(self, path: str, name: str) -> str:
+        os.makedirs(self.root, exist_ok=True)
+        dst = os.path.join(self.root, name)
+        partial = os.path.join(self.root, f".{name}.partial")
+        t0 = time.perf_counter()
+        shutil.copyfile(path, partial)
+        transfer = os.path.getsize(partial) / (self.mb_per_s * 2**20)
+        time.sleep(max(0.0, transfer - (time.perf_counter() - t0)))
+        os.replace(partial, dst)
+        return dst
+
+    def list(self) -> list[str]:
+        if not os.path.isdir(self.root):
+            return []
+        return sorted(n for n in os.listdir(self.root) if not n.startswith("."))
+
+    def delete(self, name: str) -> None:
+        os.remove(os.path.join(self.root, name))

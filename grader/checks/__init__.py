@@ -13,6 +13,7 @@ from grader.checks.completes import completes
 from grader.checks.memory import memory_flat
 from grader.checks.params import checkpoint_valid, matches_reference, world_size_equivalence
 from grader.checks.samples import sample_partition
+from grader.checks.stalls import checkpoint_fresh, step_time_tail
 from grader.checks.workload import workload_intact
 
 CHECKS = {
@@ -24,6 +25,8 @@ CHECKS = {
     "workload_intact": workload_intact,
     "checkpoint_valid": checkpoint_valid,
     "collectives_per_step": collectives_per_step,
+    "step_time_tail": step_time_tail,
+    "checkpoint_fresh": checkpoint_fresh,
 }
 
 

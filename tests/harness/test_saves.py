@@ -82,3 +82,34 @@ def test_a_save_torn_by_a_fault_has_no_end(tmp_path):
     ops = file_ops({0: rundir.read_records(rundir.rank_dir(res.run_dir, 0) / rundir.SAVES, key).valid})
     h = file_history(ops)[str(tmp_path / "ckpt.pt")]
     assert [v.step for _, v in h.versions] == [1, 2] and [o.step for o in h.torn] == [3]
+
+
+def test_fingerprints_are_the_per_parameter_terms_of_the_step_fingerprint():
+    import torch
+
+    from harness.instrument import fingerprint
+    from harness.saves import tensor_fingerprints
+
+    m = torch.nn.Linear(30, 2)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    fps = tensor_fingerprints({"model": m.state_dict(), "step": 3, "ids": torch.arange(4),
+                               "optimizer": {"state": {0: {"exp_avg": torch.ones(20)}}}})
+    assert set(fps) == {"model.weight", "model.bias", "optimizer.state.0.exp_avg"}  # floating tensors only
+    assert fps["model.weight"] + fps["model.bias"] == fingerprint(opt)
+    assert fps["optimizer.state.0.exp_avg"] == 8.0  # the first 8 elements
+
+
+@pytest.mark.parametrize("mutate, changed", [(False, False), (True, True)])
+def test_a_state_that_moves_on_while_it_is_written_is_marked(tmp_path, mutate, changed):
+    import torch
+
+    from harness.saves import SaveTrace
+
+    key = "k" * 32
+    w = torch.zeros(10)
+    trace = SaveTrace(tmp_path, 0, key, 0, lambda: 5)
+    trace.timed("save", (lambda: w.add_(1)) if mutate else (lambda: None), str(tmp_path / "c.pt"),
+                obj={"model": {"w": w}, "step": 5}, fingerprints=True)
+    op = file_ops({0: rundir.read_records(rundir.rank_dir(tmp_path, 0) / rundir.SAVES, key).valid})[0]
+    assert op.fp == {"model.w": 0.0} and op.keys == ["model", "step"] and op.step == 5
+    assert op.fp_changed is changed
