@@ -140,6 +140,10 @@ class CheckpointFresh(_Check):
     require_keys: list[str] = []  # top-level keys every checkpoint must hold
     # every checkpoint relied on must be at least this share of the reference run's final checkpoint
     min_size_of_reference: float = Field(0.9, ge=0, le=1)
+    # the kit's ArtifactStore bandwidth (MiB/s): a file in `copies` counts only when the store's
+    # signed upload record shows it took the time that bandwidth needs (so the script's own
+    # bandwidth constant, or a copy made by hand, cannot take the upload's cost away)
+    store_mib_per_s: float | None = Field(None, gt=0)
 
     @field_validator("copies")
     @classmethod

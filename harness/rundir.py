@@ -28,6 +28,7 @@ import hmac
 import json
 import os
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -72,9 +73,12 @@ class RecordWriter:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._f = open(path, "a", buffering=1, encoding="utf-8")
         self._key = key
+        self._lock = threading.Lock()  # a script's background threads (savers, uploads) write too
 
     def write(self, record: dict[str, Any]) -> None:
-        self._f.write(sign(record, self._key) + "\n")
+        line = sign(record, self._key) + "\n"
+        with self._lock:
+            self._f.write(line)
 
     def close(self) -> None:
         self._f.close()

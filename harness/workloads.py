@@ -163,6 +163,10 @@ class ArtifactStore:
         transfer = os.path.getsize(partial) / (self.mb_per_s * 2**20)
         time.sleep(max(0.0, transfer - (time.perf_counter() - t0)))
         os.replace(partial, dst)
+        rec = instrument.current()
+        if rec is not None:  # signed, so the grader can tell a store upload from a hand-made copy
+            rec.event("upload", path=os.path.abspath(dst), bytes=os.path.getsize(dst),
+                      dur=time.perf_counter() - t0, step=rec.step)
         return dst
 
     def list(self) -> list[str]:

@@ -198,6 +198,31 @@ def _targets(spec, work: Path, paths: list[str]) -> dict[str, tuple[list[str], i
     return out
 
 
+def _through_store(ev: RunEvidence, paths: list[str], mib_per_s: float,
+                   info: dict[str, Any]) -> tuple[list[str], str]:
+    """The paths the artifact store's signed upload records vouch for, and a problem when an upload
+    took less time than the store's bandwidth needs for its bytes."""
+    uploads: dict[str, list[tuple[int, float]]] = {}
+    for r in ev.ranks:
+        for e in ev.events(r):
+            if e.get("kind") == "upload":
+                uploads.setdefault(e.get("path"), []).append((int(e.get("bytes") or 0), float(e.get("dur") or 0)))
+    fastest = max((((b / 2**20) / d if d > 0 else float("inf"), b, d)
+                   for p in paths for b, d in uploads.get(p, []) if b), default=None)
+    if fastest is not None and fastest[0] > 1.05 * mib_per_s:
+        rate, b, d = fastest
+        info["fastest_upload_mib_per_s"] = rate
+        return paths, (f"an upload of {b / 2**20:.1f} MiB took {d:.3f} s ({rate:.0f} MiB/s); the artifact "
+                       f"store's link carries {mib_per_s:g} MiB/s")
+    kept = [p for p in paths if p in uploads]
+    # hidden names are the store's own partial uploads, never what a reader of the store sees
+    stray = [Path(p).name for p in paths if p not in uploads and not Path(p).name.startswith(".")]
+    if stray:
+        info["not_uploaded"] = stray[:5]
+        info["files_not_uploaded"] = len(stray)
+    return kept, ""
+
+
 def checkpoint_fresh(spec, ctx: Context) -> CheckResult:
     name = "checkpoint_fresh"
     ev = need(ctx, name, "main")
@@ -230,6 +255,10 @@ def checkpoint_fresh(spec, ctx: Context) -> CheckResult:
     for target, (paths, slack) in _targets(spec, work, list(timelines)).items():
         info: dict[str, Any] = {"files": len(paths), "slack": slack}
         evidence["targets"][target] = info
+        if target != spec.path and spec.store_mib_per_s:
+            paths, problem = _through_store(ev, paths, spec.store_mib_per_s, info)
+            if problem:
+                return CheckResult(name, False, f"{target}: {problem}", evidence)
         seen: dict[int, int | None] = {}  # save seq -> step held, for the evidence
         rejected: list[str] = []
         late: list[tuple[int, int | None]] = []
@@ -255,6 +284,9 @@ def checkpoint_fresh(spec, ctx: Context) -> CheckResult:
             info.update(late_steps=len(late), first_late_step=s)
             if best is None:
                 why = f"; {rejected[0]}" if rejected else ""
+                if info.get("files_not_uploaded"):
+                    why += (f"; {info['files_not_uploaded']} file(s) there (e.g. {info['not_uploaded'][0]}) "
+                            "did not come through the artifact store")
                 msg = f"at step {s} there was no complete checkpoint at {target} holding a known state{why}"
             else:
                 msg = (f"at step {s} the newest complete checkpoint at {target} held step {best}: "

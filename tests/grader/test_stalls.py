@@ -29,7 +29,8 @@ def weights(step: int) -> torch.Tensor:
 
 
 def make_stall_run(root: Path, dts: list[float] | None = None, saves: list[dict[str, Any]] | None = None,
-                   final_ckpt: dict[str, Any] | None = None, fingerprints: bool = True) -> Path:
+                   final_ckpt: dict[str, Any] | None = None, fingerprints: bool = True,
+                   events: list[dict[str, Any]] | None = None) -> Path:
     """A finished 2-rank run: step s of rank r ends at sum(dts[:s]); ``saves`` are rank 0's traced
     file operations ({op, path, src, begin, end, step, held, ...} with times in seconds and paths
     relative to the working dir); ``final_ckpt`` is what the script left at out/ckpt.pt."""
@@ -49,6 +50,8 @@ def make_stall_run(root: Path, dts: list[float] | None = None, saves: list[dict[
             if fingerprints:
                 rec["fp"] = fp(s)
             ev.write(rec)
+        for e in events or [] if r == 0 else []:  # rank 0's other signed events (store uploads)
+            ev.write({"attempt": 0, "t": t, **e, **({"path": str(work / e["path"])} if "path" in e else {})})
         torch.save({"w": weights(len(dts))}, d / rundir.FINAL_PARAMS)
         ev.write({"kind": "exit", "attempt": 0, "t": t + 1, "status": "ok", "code": 0, "steps": len(dts),
                   "error": None, "params_sha256": rundir.sha256_file(d / rundir.FINAL_PARAMS), "numel": 4})
@@ -277,4 +280,22 @@ def test_a_real_run_is_judged_by_the_state_written_not_the_step_it_was_written_a
     assert res.status == "ok"
     spec = fresh(interval=5, slack=1, require_keys=["model", "optimizer", "step"])
     c = run_check(spec, Context(None, {"main": load_run("main", res.run_dir)}))
+    assert c.passed is passed and says in c.message, c.message
+
+
+MIB = 2**20
+
+
+@pytest.mark.parametrize("upload, passed, says", [
+    ({"bytes": 15 * MIB, "dur": 1.01}, True, "artifacts/ held a complete checkpoint"),  # at 15 MiB/s
+    ({"bytes": 15 * MIB, "dur": 0.01}, False, "took 0.010 s (1500 MiB/s); the artifact store's link carries 15"),
+    (None, False, "did not come through the artifact store"),  # copied in by hand: no upload record
+])
+def test_copies_count_only_when_the_store_uploaded_them_at_its_bandwidth(tmp_path, upload, passed, says):
+    """The store's bandwidth is a constant in the candidate's script: raising it, or copying files
+    into the store's folder by hand, must not take the upload's cost away unnoticed."""
+    events = [] if upload is None else [{"kind": "upload", "path": f"artifacts/c{s}.pt", "step": s, **upload}
+                                        for s in range(K, STEPS + 1, K)]
+    c = judge(tmp_path, fresh(copies=["artifacts/"], store_mib_per_s=15), saves=every(K, copy=True),
+              final_ckpt=full_state(STEPS), events=events)
     assert c.passed is passed and says in c.message, c.message
