@@ -121,7 +121,7 @@ def world_size_equivalence(spec, ctx: Context) -> CheckResult:
                        f"parameters within rtol={spec.rtol:g}, atol={spec.atol:g}", evidence)
 
 
-def _strip(name: str) -> str:
+def strip_wrappers(name: str) -> str:
     for prefix in WRAPPER_PREFIXES:
         while name.startswith(prefix):
             name = name[len(prefix):]
@@ -162,7 +162,7 @@ def checkpoint_valid(spec, ctx: Context) -> CheckResult:
     final = ev.params(0)
     if final is None:
         return CheckResult(name, False, "rank 0 left no final parameters to compare the checkpoint with", evidence)
-    saved = {_strip(k): v for k, v in state.items() if hasattr(v, "shape")}
+    saved = {strip_wrappers(k): v for k, v in state.items() if hasattr(v, "shape")}
     saved = {k: v for k, v in saved.items() if k in final}
     cmp = compare(saved, final, spec.rtol, spec.atol)
     evidence.update(cmp)

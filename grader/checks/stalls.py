@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.checks.base import CheckResult, Context, need
-from grader.checks.params import _strip, checkpoint_valid
+from grader.checks.params import strip_wrappers, checkpoint_valid
 from grader.evidence import RunEvidence
 from grader.manifest import CheckpointValid
 from harness.saves import FileOp
@@ -171,7 +171,7 @@ class _Holdings:
             return None, f"it is {(op.bytes or 0) / 2**20:.2f} MiB, less than {spec.min_size_of_reference:.0%} " \
                          "of the reference run's checkpoint"
         prefix = f"{spec.key}." if spec.key else ""
-        model = {_strip(n[len(prefix):]): v for n, v in op.fp.items() if n.startswith(prefix)}
+        model = {strip_wrappers(n[len(prefix):]): v for n, v in op.fp.items() if n.startswith(prefix)}
         lacking = sorted(self.final_names - set(model))
         if lacking:
             return None, f"it lacks parameters the model trains (e.g. {lacking[0]})"
@@ -244,7 +244,7 @@ def checkpoint_fresh(spec, ctx: Context) -> CheckResult:
     if spec.min_size_of_reference > 0 and ref_ckpt is not None and ref_ckpt.exists():
         min_bytes = int(spec.min_size_of_reference * ref_ckpt.stat().st_size)
         evidence["min_bytes"] = min_bytes
-    holdings = _Holdings(spec, ev, {_strip(n) for n in final}, min_bytes)
+    holdings = _Holdings(spec, ev, {strip_wrappers(n) for n in final}, min_bytes)
     timelines = contents(ev.file_ops)
     work = (Path(ev.run_dir) / "work").resolve()
     # rank 0's step ends, last attempt: the moments a checkpoint must have existed
