@@ -46,6 +46,7 @@ class Profiler:
         self._bg_lock = threading.Lock()
         self._traced: list[int] = []  # harness step numbers recorded by the torch profiler
         self._done = False
+        self._trace_written = False
         self.trace_file = f"trace.a{rec.attempt}.pt.trace.json"
         self.torch_prof = self._start_torch_profiler(schedule)
         self.write("profile_start", schedule=schedule, cuda_sync=self.cuda,
@@ -77,6 +78,7 @@ class Profiler:
         prof.export_chrome_trace(str(tmp))
         os.replace(tmp, path)
         steps = [self._traced[0], self._traced[-1]] if self._traced else None
+        self._trace_written = True
         self.write("trace", file=self.trace_file, sha256=rundir.sha256_file(path),
                    bytes=path.stat().st_size, steps=steps)
 
@@ -98,6 +100,9 @@ class Profiler:
             t0 = time.perf_counter()
             try:
                 self.torch_prof.step()
+                if self._trace_written:  # the schedule is over: stop paying for its step markers
+                    self.torch_prof.stop()
+                    self.torch_prof = None
             except Exception as e:
                 self._trace_failed(e)
             profiler_s = time.perf_counter() - t0
