@@ -153,7 +153,8 @@ def profile_table(prof: dict[str, Any]) -> None:
         extra = [f"{r['counted']} of {r['steps']} steps counted ({r['counted_from']})"]
         tail = r["after_last_step_ms"]
         if tail.get("checkpoint"):
-            extra.append(f"checkpoint after the last step {tail['checkpoint']:.1f} ms")
+            where = "after the last step" if r["steps"] else "in the whole run"
+            extra.append(f"checkpoint {where} {tail['checkpoint']:.1f} ms")
         if r["background_checkpoint_ms"]:
             extra.append(f"saves on other threads {r['background_checkpoint_ms']:.1f} ms in all, not in the phases")
         if r["forged_lines"]:
