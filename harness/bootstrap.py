@@ -97,9 +97,7 @@ def main(argv: list[str]) -> int:
 
 def _install_profiler(rec):
     """Only under ``trainwreck run --profile``: without it nothing is imported or installed."""
-    from harness.phases import PROFILE_ENV
-
-    schedule = os.environ.pop(PROFILE_ENV, "")
+    schedule = os.environ.pop(rundir.PROFILE_ENV, "")
     if not schedule:
         return None
     from harness import profiler

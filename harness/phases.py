@@ -22,7 +22,7 @@ from typing import Any, Callable
 from harness import rundir
 from harness.observe import WARMUP_STEPS
 
-PROFILE_ENV = "TRAINWRECK_PROFILE"  # set by the launcher under --profile: the schedule, as JSON
+PROFILE_ENV = rundir.PROFILE_ENV  # set by the launcher under --profile: the schedule, as JSON
 PROFILE = "profile.jsonl"  # per rank, signed: profile_start, phases (one per step), tail, trace
 TIMED = ("data", "forward", "backward", "sync", "optimizer", "checkpoint")
 PHASES = TIMED + ("other",)
