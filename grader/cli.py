@@ -14,6 +14,7 @@ from grader import console
 from grader.exercises import discover, find
 from grader.manifest import ManifestError
 from harness.launch import LaunchConfig, LaunchError, launch
+from harness.phases import read_run as read_profile
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -45,21 +46,25 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("--run-dir", type=click.Path(path_type=Path), default=None, help="Where to write the run's artifacts (default runs/<name>-<time>).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead of tables.")
 @click.option("--tee", is_flag=True, help="Also print every rank's output (to stderr, prefixed with its rank).")
+@click.option("--profile", is_flag=True, help="Time each step's phases per rank and write a torch.profiler trace per rank.")
 def run_cmd(target, script_args, nproc, nnodes, rdzv_endpoint, rdzv_id, max_restarts, device,
-            hang_timeout, startup_timeout, timeout, run_dir, as_json, tee):
+            hang_timeout, startup_timeout, timeout, run_dir, as_json, tee, profile):
     """Launch TARGET (a script path or an exercise slug) across ranks and observe every rank.
 
     Arguments after `--` go to the script.
     """
     cfg = _config_for(target, list(script_args), nproc=nproc, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint,
                       rdzv_id=rdzv_id, max_restarts=max_restarts, device=device, hang_timeout=hang_timeout,
-                      startup_timeout=startup_timeout, timeout=timeout, run_dir=run_dir)
+                      startup_timeout=startup_timeout, timeout=timeout, run_dir=run_dir, profile=profile)
     with console.live_progress(enabled=not (as_json or tee)) as on_progress:
         res = launch(cfg, on_progress=on_progress, tee=console.rank_line if tee else None)
+    prof = read_profile(res.run_dir) if profile else None
     if as_json:
-        console.emit_json(res.to_json())
+        console.emit_json({**res.to_json(), **({"profile": prof} if profile else {})})
     else:
         console.run_summary(res)
+        if profile:
+            console.profile_table(prof)
     sys.exit(EXIT_OK if res.ok else EXIT_FAIL)
 
 

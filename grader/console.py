@@ -142,3 +142,46 @@ def verify_line(v) -> None:
         text(f"    issues fixed: broken {v['issues']['broken']}, solution {v['issues']['solution']}")
     for p in v["problems"]:
         text(f"    - {p}")
+
+
+def _ms(v: float) -> str:
+    return f"{v:.2f}" if v < 10 else f"{v:.1f}"
+
+
+def profile_table(prof: dict[str, Any]) -> None:
+    """``trainwreck run --profile``: a row per phase, per rank the median ms per optimizer step and
+    the phase's share of the counted steps' wall time; then where the traces are and what it means."""
+    ranks = [r for r in prof["ranks"] if r["counted"]]
+    if ranks:
+        cols = ["phase"]
+        for r in ranks:
+            cols += [f"rank {r['rank']} ms", "share"]
+        rows = [["step", *[v for r in ranks for v in (_ms(r["step_ms"]), "100%")]]]
+        for p in prof["phases"]:
+            rows.append([p, *[v for r in ranks for v in (_ms(r["phases"][p]["median_ms"]),
+                                                         f"{r['phases'][p]['share']:.1%}")]])
+        table("per-phase step breakdown: median ms per optimizer step, share of the steps' wall time",
+              cols, rows)
+    for r in prof["ranks"]:
+        extra = [f"{r['counted']} of {r['steps']} steps counted ({r['counted_from']})"]
+        tail = r["after_last_step_ms"]
+        if tail.get("checkpoint"):
+            where = "after the last step" if r["steps"] else "in the whole run"
+            extra.append(f"checkpoint {where} {tail['checkpoint']:.1f} ms")
+        if r["background_checkpoint_ms"]:
+            extra.append(f"saves on other threads {r['background_checkpoint_ms']:.1f} ms in all, not in the phases")
+        if r["forged_lines"]:
+            extra.append(f"{r['forged_lines']} profile lines not written by the harness, ignored")
+        if r["trace"]:
+            first, last = r["trace_steps"] or ("?", "?")
+            extra.append(f"trace of steps {first}-{last}: {r['trace']}")
+        else:
+            s = prof["schedule"]
+            why = r["trace_error"] or (f"the trace records optimizer steps {s['wait'] + s['warmup'] + 1}-"
+                                       f"{s['wait'] + s['warmup'] + s['active']}, this rank made {r['steps']}")
+            extra.append(f"no trace ({why})")
+        text(f"rank {r['rank']}: " + "; ".join(extra))
+    if not prof["ranks"]:
+        text("no profile records: no rank got as far as starting the profiler")
+    for n in prof["notes"]:
+        text(f"note: {n}")

@@ -8,6 +8,7 @@ Without ``TRAINWRECK_RUN_DIR`` in the environment it only runs the script.
 from __future__ import annotations
 
 import faulthandler
+import json
 import os
 import runpy
 import signal
@@ -63,6 +64,7 @@ def main(argv: list[str]) -> int:
 
     rec = instrument.install(run_dir, rank, key, attempt,
                              float(os.environ.get("TRAINWRECK_PG_TIMEOUT", "60")))
+    prof = _install_profiler(rec)
     rec.event(
         "start", pid=os.getpid(), rank=rank, local_rank=int(os.environ.get("LOCAL_RANK", "0")),
         world_size=int(os.environ.get("WORLD_SIZE", "1")), host=socket.gethostname(),
@@ -78,6 +80,11 @@ def main(argv: list[str]) -> int:
     except BaseException as e:  # the script's own failure: record it, then fail as it would have
         status, code, error = "exception", 1, instrument.describe_exception(e)
         sys.stderr.write(error)
+    if prof is not None:  # before the final save: the harness's own torch.save is not the script's
+        try:
+            prof.finish()
+        except Exception as e:  # never let profiling mask the script's outcome
+            sys.stderr.write(f"trainwreck --profile: {instrument.describe_exception(e)}")
     try:
         saved = rec.save_final_params()
     except Exception as e:  # never let saving mask the script's outcome
@@ -86,6 +93,16 @@ def main(argv: list[str]) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     return code
+
+
+def _install_profiler(rec):
+    """Only under ``trainwreck run --profile``: without it nothing is imported or installed."""
+    schedule = os.environ.pop(rundir.PROFILE_ENV, "")
+    if not schedule:
+        return None
+    from harness import profiler
+
+    return profiler.install(rec, json.loads(schedule))
 
 
 def _run_script(script: str, args: list[str]) -> int:

@@ -27,6 +27,7 @@ from harness import rundir
 from harness.monitor import Monitor, Snapshot
 from harness.failure import find_failure, launcher_exit_codes
 from harness.observe import observe_rank
+from harness.phases import PROFILE_ENV, SCHEDULE
 from harness.proctree import ProcessTree
 from harness.watchdog import collect_hang
 
@@ -70,6 +71,7 @@ class LaunchConfig:
     env: dict[str, str] = field(default_factory=dict)
     faults: list[Fault] = field(default_factory=list)
     cwd: Path | None = None
+    profile: bool = False  # per-phase step timer and a torch.profiler trace in every rank
 
     def validate(self) -> None:
         if not self.script.is_file():
@@ -156,6 +158,9 @@ def build_env(cfg: LaunchConfig, run_dir: Path, key: str, device: str) -> dict[s
     env[rundir.KEY_ENV] = key
     env["TRAINWRECK_PG_TIMEOUT"] = str(cfg.pg_timeout)
     env["TRAINWRECK_FAULTS"] = json.dumps([asdict(f) for f in cfg.faults])
+    env.pop(PROFILE_ENV, None)
+    if cfg.profile:
+        env[PROFILE_ENV] = json.dumps(SCHEDULE)
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(KIT_ROOT), env.get("PYTHONPATH")) if p)
     # torch 2.13 + gloo: restarts fail with "connectFullMesh failed" when the rendezvous store is

@@ -36,6 +36,7 @@ from typing import Any, Iterator
 RUN_SCHEMA_VERSION = 1
 KEY_ENV = "TRAINWRECK_KEY"
 RUN_DIR_ENV = "TRAINWRECK_RUN_DIR"
+PROFILE_ENV = "TRAINWRECK_PROFILE"  # only under `trainwreck run --profile` (harness.phases)
 
 EVENTS = "events.jsonl"
 COLLECTIVES = "collectives.jsonl"

@@ -36,6 +36,7 @@ def test_run_json_has_the_documented_shape(tmp_path):
         assert r["steps"] == 6 and r["exit_code"] == 0
         assert isinstance(r["steps_per_s"], float) and isinstance(r["peak_rss_mb"], float)
         assert r["last_location"] == str(FIXTURES / "ddp_ok.py") + ":32"  # not under the cwd: absolute
+    assert "profile" not in out and not list((tmp_path / "r").rglob("profile.jsonl"))  # only with --profile
     assert_nothing_left(tmp_path)
 
 
@@ -72,6 +73,7 @@ def test_device_cuda_without_gpus_is_a_usage_error(tmp_path):
     (["run", str(FIXTURES / "ddp_ok.py"), "--device", "tpu"], "Invalid value for '--device'"),
     (["run", str(FIXTURES / "ddp_ok.py"), "--nnodes", "2"], "--nnodes > 1 needs --rdzv-endpoint"),
     (["run", str(FIXTURES / "ddp_ok.py"), "--bogus"], "No such option '--bogus'"),
+    (["run", str(FIXTURES / "ddp_ok.py"), "--profile=all"], "Option '--profile' does not take a value"),
     (["show", "nope"], "no exercise 'nope'"),
     (["grade", "memory-leak"], "give --workspace DIR"),
     (["grade", "memory-leak", "--workspace", "/nonexistent"], "is not a directory"),
