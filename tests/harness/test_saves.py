@@ -82,3 +82,13 @@ def test_a_save_torn_by_a_fault_has_no_end(tmp_path):
     ops = file_ops({0: rundir.read_records(rundir.rank_dir(res.run_dir, 0) / rundir.SAVES, key).valid})
     h = file_history(ops)[str(tmp_path / "ckpt.pt")]
     assert [v.step for _, v in h.versions] == [1, 2] and [o.step for o in h.torn] == [3]
+
+
+def test_loads_are_traced_apart_from_writes():
+    recs = ATOMIC + [rec(3, "begin", op="load", path="/w/c.pt", t=5.0, a=1), rec(3, "end", op="load", t=5.1, a=1),
+                     rec(4, "begin", op="load", path="/w/gone.pt", t=6.0, a=1),
+                     rec(4, "error", op="load", t=6.1, a=1, err="FileNotFoundError")]
+    assert [o.op for o in file_ops({0: recs})] == ["save", "rename"]  # what checks of writes always saw
+    loads = file_ops({0: recs}, kinds=("load",))
+    assert [(o.path, o.attempt, o.completed) for o in loads] == [("/w/c.pt", 1, True), ("/w/gone.pt", 1, False)]
+    assert [t for t, _ in file_history(file_ops({0: recs}))["/w/c.pt"].versions] == [2.2]  # a read is no version
