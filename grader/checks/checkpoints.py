@@ -70,7 +70,7 @@ def checkpoint_files(ev: RunEvidence, read: set[str]) -> set[str]:
 class Problems:
     """What a run got wrong, by kind; the message shows the first of each kind, most telling first."""
 
-    ORDER = ("restart", "in_place", "files", "writers")
+    ORDER = ("restart", "torn", "in_place", "files", "writers")
 
     def __init__(self) -> None:
         self.by_kind: dict[str, list[str]] = {k: [] for k in self.ORDER}
@@ -208,10 +208,10 @@ def _in_place(role: str, ev: RunEvidence, read: set[str], problems: Problems) ->
     if torn:
         o = torn[0]
         loaded = any(lo.path == o.path and lo.attempt > o.attempt for lo in ev.file_loads)
-        problems.add("in_place", f"in the {role} run rank {o.rank} was killed half-way through a {_call(o)} straight into "
+        problems.add("torn", f"in the {role} run rank {o.rank} was killed half-way through a {_call(o)} straight into "
                         f"{_rel(o.path, work)} (step {o.step})"
                         + (", and the restarted job then loaded that file" if loaded else ""))
-    elif direct:
+    if direct:
         o = direct[0]
         problems.add("in_place", f"{_call(o)} wrote straight into {_rel(o.path, work)}, a file a restart loads "
                         f"(rank {o.rank} at step {o.step}, {role} run)")

@@ -56,6 +56,23 @@ CASES = {
         variant(('        scheduler.load_state_dict(ckpt["scheduler"])\n', "")),
         {"matches_reference": "the run that was killed mid-run and restarted ends at different parameters"},
         ["checkpoints_sound", "workload_intact"]),
+    "the whole state from one writer, written in place, and a resume that falls back to an older file": (
+        variant(('    tmp = path + ".tmp"\n', "    tmp = path\n"), ("    os.replace(tmp, path)\n", ""),
+                ("""    path = latest_checkpoint()
+    if path is not None:
+        ckpt = torch.load(path, map_location=device)
+""", """    ckpt = None
+    for path in sorted(glob.glob(os.path.join(OUT_DIR, "ckpt_*.pt")), reverse=True):
+        try:
+            ckpt = torch.load(path, map_location=device)
+            break
+        except Exception:
+            continue
+    if ckpt is not None:
+""")),
+        {"checkpoints_sound": "in the resume_save run rank 0 was killed half-way through a torch.save straight "
+                              "into out/ckpt_005.pt (step 48), and the restarted job then loaded that file"},
+        ["matches_reference", "workload_intact"]),
     "the whole state from one writer, but written in place": (
         variant(('    tmp = path + ".tmp"\n', "    tmp = path\n"), ("    os.replace(tmp, path)\n", "")),
         {"checkpoints_sound": "the job killed during a checkpoint write did not complete after its restart"},
