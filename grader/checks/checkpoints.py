@@ -164,7 +164,7 @@ def _files(role: str, ev: RunEvidence, read: set[str], spec, expected, problems:
             if lacks:
                 info["lacks"] = lacks
                 problems.add("files", f"{rel}, a file a restart loads, holds no {' and no '.join(lacks)} "
-                                f"(it holds {_summary(obj)})")
+                             f"(it holds {_summary(obj)})")
         out[rel] = info
     return out
 
@@ -183,7 +183,8 @@ def _writers(role: str, ev: RunEvidence, problems: Problems) -> dict[str, list[i
             for o in ev.file_ops:
                 if o.path == path:
                     first.setdefault(o.rank, o)
-            first_seen = (rel, sorted(first.values(), key=lambda o: o.t_begin)[1])
+            ordered = sorted(first.values(), key=lambda o: o.t_begin)
+            first_seen = (rel, ordered[1] if len(ordered) > 1 else ordered[0])
     if first_seen:
         rel, o = first_seen
         who = " and ".join(map(str, shared[rel]))
@@ -208,13 +209,13 @@ def _in_place(role: str, ev: RunEvidence, read: set[str], problems: Problems) ->
     if torn:
         o = torn[0]
         loaded = any(lo.path == o.path and lo.attempt > o.attempt for lo in ev.file_loads)
-        problems.add("torn", f"in the {role} run rank {o.rank} was killed half-way through a {_call(o)} straight into "
-                        f"{_rel(o.path, work)} (step {o.step})"
-                        + (", and the restarted job then loaded that file" if loaded else ""))
+        problems.add("torn", f"in the {role} run rank {o.rank} was killed half-way through a {_call(o)} "
+                     f"straight into {_rel(o.path, work)} (step {o.step})"
+                     + (", and the restarted job then loaded that file" if loaded else ""))
     if direct:
         o = direct[0]
         problems.add("in_place", f"{_call(o)} wrote straight into {_rel(o.path, work)}, a file a restart loads "
-                        f"(rank {o.rank} at step {o.step}, {role} run)")
+                     f"(rank {o.rank} at step {o.step}, {role} run)")
     return found
 
 
@@ -231,11 +232,11 @@ def _restart(role: str, ev: RunEvidence, read: set[str], problems: Problems) -> 
     if attempts < 2:
         if faults and faults[0].get("when") == "save":
             problems.add("restart", f"no rank began a checkpoint write (torch.save to a file) at or after step "
-                            f"{faults[0]['step']} in the {role} run, so the job was never killed during one")
+                         f"{faults[0]['step']} in the {role} run, so the job was never killed during one")
         else:
             f = faults[0] if faults else {"rank": "?", "step": "?"}
             problems.add("restart", f"in the {role} run rank {f['rank']} was to be killed after step {f['step']}, "
-                            "but the job never restarted (it made fewer steps?)")
+                         "but the job never restarted (it made fewer steps?)")
         return info
     if ev.status != "ok":
         fail = ev.run.get("failure") or {}
@@ -266,16 +267,16 @@ def _restart(role: str, ev: RunEvidence, read: set[str], problems: Problems) -> 
             break
         if newest is None:
             problems.add("restart", f"no checkpoint was complete on disk when the {role} run restarted"
-                            + (": the job began again from the initial parameters" if c == 0 else ""))
+                         + (": the job began again from the initial parameters" if c == 0 else ""))
             break
         if c is None:
-            problems.add("restart", f"after the restart in the {role} run rank {r} began from parameters the job never "
-                            "had before the kill (not the initial ones, nor those after any step)")
+            problems.add("restart", f"after the restart in the {role} run rank {r} began from parameters the "
+                         "job never had before the kill (not the initial ones, nor those after any step)")
             break
         if c != newest[0]:
             began = "the initial parameters" if c == 0 else f"the parameters after step {c}"
-            problems.add("restart", f"after the restart in the {role} run rank {r} began from {began}, although the "
-                            f"checkpoint of step {newest[0]} ({newest[1]}) was complete on disk")
+            problems.add("restart", f"after the restart in the {role} run rank {r} began from {began}, "
+                         f"although the checkpoint of step {newest[0]} ({newest[1]}) was complete on disk")
             break
     return info
 
@@ -306,6 +307,7 @@ def checkpoints_sound(spec, ctx: Context) -> CheckResult:
         evidence["problems"] = problems.all()
         return CheckResult(name, False, problems.message(), evidence)
     n = sum(len(e["files"]) for e in evidence["runs"].values())
-    return CheckResult(name, True, f"{n} checkpoint files over {len(runs)} runs load, each written by one rank and "
-                       f"never in place where a restart reads; the restarts ({', '.join(r for r in runs if r in RESTARTS)}) "
-                       "began from the newest complete checkpoint", evidence)
+    restarts = ", ".join(r for r in runs if r in RESTARTS)
+    return CheckResult(name, True, f"{n} checkpoint files over {len(runs)} runs load, each written by one rank "
+                       f"and never in place where a restart reads; the restarts ({restarts}) began from the "
+                       "newest complete checkpoint", evidence)

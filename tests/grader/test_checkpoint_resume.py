@@ -45,7 +45,8 @@ CASES = {
                                                "optimizer": optimizer.state_dict(),
                                                "scheduler": scheduler.state_dict(),
                                                "epoch": epoch, "step": step})''',
-                 '''            save_checkpoint(ckpt_path(epoch), {"model": raw_model.state_dict(), "epoch": epoch, "step": step})'''),
+                 '''            save_checkpoint(ckpt_path(epoch), {"model": raw_model.state_dict(),
+                                               "epoch": epoch, "step": step})'''),
                 ('''        optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
 ''', "")),
