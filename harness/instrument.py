@@ -333,7 +333,8 @@ def _install_faults(rec: Recorder, faults: list[dict[str, Any]]) -> None:
             # A path or an open file both reach the disk; the harness's own files (final_params)
             # and in-memory buffers are not a checkpoint write.
             path = saves._path_of(f)
-            if rec.step < min(at_save) or path is None or path.startswith(str(rec.dir.resolve())):
+            if (rec.step < min(at_save) or path is None
+                    or os.path.realpath(path).startswith(str(rec.dir.resolve()) + os.sep)):
                 return orig_save(obj, f, *args, **kwargs)
             buf = io.BytesIO()
             orig_save(obj, buf, *args, **kwargs)
