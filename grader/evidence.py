@@ -65,6 +65,12 @@ class RunEvidence:
         return saves.file_ops({r: rundir.read_records(rundir.rank_dir(self.run_dir, r) / rundir.SAVES,
                                                       self.key).valid for r in self.ranks})
 
+    @cached_property
+    def file_loads(self) -> list[saves.FileOp]:
+        """Every traced torch.load of a file by the script, on every rank, in start order."""
+        return saves.file_ops({r: rundir.read_records(rundir.rank_dir(self.run_dir, r) / rundir.SAVES,
+                                                      self.key).valid for r in self.ranks}, kinds=("load",))
+
     def samples(self, rank: int, dataset: str, attempt: int | None = None) -> list[int]:
         return [r["i"] for r in self.ledgers.get(rank, [])
                 if r.get("ds") == dataset and (attempt is None or r.get("a") == attempt)]

@@ -54,6 +54,18 @@ def plan_roles(m: Manifest) -> dict[str, dict[str, Any]]:
         roles["resume"] = {"nproc": m.world_size, "max_restarts": 1,
                            "faults": [Fault(rank=sp.kill_rank, step=sp.kill_step)],
                            "env": {"TRAINWRECK_FINGERPRINT": "1"}}
+    cs = m.check("checkpoints_sound")
+    if cs:
+        # A kill between checkpoints (shared with sample_partition's when both ask for one), and a
+        # kill half-way through a checkpoint write, on whichever ranks write checkpoints.
+        roles.setdefault("resume", {"nproc": m.world_size, "max_restarts": 1,
+                                    "faults": [Fault(rank=cs.kill_rank, step=cs.kill_step)],
+                                    "env": {"TRAINWRECK_FINGERPRINT": "1"}})
+        if cs.save_kill_step:
+            roles["resume_save"] = {"nproc": m.world_size, "max_restarts": 1,
+                                    "faults": [Fault(rank=r, step=cs.save_kill_step, when="save")
+                                               for r in range(m.world_size)],
+                                    "env": {"TRAINWRECK_FINGERPRINT": "1"}}
     return roles
 
 

@@ -153,14 +153,30 @@ class CheckpointFresh(_Check):
         return v
 
 
+class CheckpointsSound(_Check):
+    """The checkpoints a script writes, judged from the save trace and the files, in the main run
+    and in two restarted ones: ``kill_rank`` SIGKILLed after step ``kill_step`` (between
+    checkpoints), and every rank's first checkpoint write at or after ``save_kill_step`` torn
+    half-way by a SIGKILL. Each restart must resume from the newest complete checkpoint."""
+
+    name: Literal["checkpoints_sound"]
+    # what a checkpoint that a resume reads must hold, recognised by content, not by key names
+    require: list[Literal["model", "optimizer", "scheduler"]] = ["model", "optimizer"]
+    kill_rank: int = Field(1, ge=0)
+    kill_step: int = Field(gt=0, description="SIGKILL after this optimizer step, between two checkpoints")
+    save_kill_step: int | None = Field(None, gt=0, description="tear the first checkpoint write at or "
+                                       "after this step; leave out to skip that restart")
+
+
 CheckSpec = Annotated[
     Union[Completes, SamplePartition, MemoryFlat, MatchesReference, WorldSizeEquivalence,
-          WorkloadIntact, CheckpointValid, CollectivesPerStep, StepTimeTail, CheckpointFresh],
+          WorkloadIntact, CheckpointValid, CollectivesPerStep, StepTimeTail, CheckpointFresh,
+          CheckpointsSound],
     Field(discriminator="name"),
 ]
 CHECK_NAMES = ("completes", "sample_partition", "memory_flat", "matches_reference",
                "world_size_equivalence", "workload_intact", "checkpoint_valid", "collectives_per_step",
-               "step_time_tail", "checkpoint_fresh", "throughput")
+               "step_time_tail", "checkpoint_fresh", "checkpoints_sound", "throughput")
 
 
 class Throughput(_Strict):

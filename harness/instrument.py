@@ -330,16 +330,20 @@ def _install_faults(rec: Recorder, faults: list[dict[str, Any]]) -> None:
 
         @functools.wraps(orig_save)
         def torn_save(obj, f, *args, **kwargs):
-            if rec.step < min(at_save) or not isinstance(f, (str, os.PathLike)):
+            # A path or an open file both reach the disk; the harness's own files (final_params)
+            # and in-memory buffers are not a checkpoint write.
+            path = saves._path_of(f)
+            if (rec.step < min(at_save) or path is None
+                    or os.path.realpath(path).startswith(str(rec.dir.resolve()) + os.sep)):
                 return orig_save(obj, f, *args, **kwargs)
             buf = io.BytesIO()
             orig_save(obj, buf, *args, **kwargs)
             data = buf.getvalue()
-            with open(f, "wb") as out:  # half the bytes reach the disk, then the process dies
-                out.write(data[: len(data) // 2])
-                out.flush()
-                os.fsync(out.fileno())
-            rec.event("fault", what="sigkill_during_save", step=rec.step, path=str(f))
+            out = open(f, "wb") if isinstance(f, (str, os.PathLike)) else f
+            out.write(data[: len(data) // 2])  # half the bytes reach the disk, then the process dies
+            out.flush()
+            os.fsync(out.fileno())
+            rec.event("fault", what="sigkill_during_save", step=rec.step, path=path)
             os.kill(os.getpid(), signal.SIGKILL)
 
         torch.save = torn_save

@@ -2,7 +2,9 @@
 and every ``shutil.copyfile`` a rank makes, with the thread, the optimizer step and the time, so
 the grader can tell from outside the script who wrote which file, whether a write was atomic
 (written aside, then renamed into place), how long the step loop waited for it, and which
-checkpoint was complete on disk at any moment.
+checkpoint was complete on disk at any moment. Every ``torch.load`` of a file is traced too
+(``op = "load"``), so the grader knows which files a resume read; ``file_ops`` leaves loads out
+unless asked for them.
 
 Installed by the rank bootstrap (``install``) after fault injection, so a write the harness tears
 on purpose still shows its ``begin`` and no ``end``. The reader (``file_history``) is a pure function
@@ -171,6 +173,18 @@ def install(run_dir: Path, rank: int, key: str, attempt: int, step: Callable[[],
                            _path_of(dst), _path_of(src))
 
     shutil.copyfile = copyfile
+
+    orig_load = torch.load
+
+    @functools.wraps(orig_load)
+    def load(f, *args, **kwargs):
+        path = _path_of(f)
+        if not traced(path):
+            return orig_load(f, *args, **kwargs)
+        return trace.timed("load", lambda: orig_load(f, *args, **kwargs), path)
+
+    torch.load = load
+    torch.serialization.load = load
     return trace
 
 
@@ -183,8 +197,8 @@ class FileOp:
     rank: int
     attempt: int
     seq: int
-    op: str  # save | rename | copy
-    path: str | None  # the destination
+    op: str  # save | rename | copy | load
+    path: str | None  # the destination (for a load: the file read)
     src: str | None
     step: int  # optimizer steps done in this attempt when it began
     main: bool  # on the main thread (the step loop waited for it)
@@ -213,13 +227,20 @@ class FileState:
     torn: list[FileOp] = field(default_factory=list)  # writes to this very path that never ended
 
 
-def file_ops(records_by_rank: dict[int, list[dict[str, Any]]]) -> list[FileOp]:
-    """Pair begin/end records into operations, in order of their start."""
+WRITES = ("save", "rename", "copy")
+
+
+def file_ops(records_by_rank: dict[int, list[dict[str, Any]]],
+             kinds: tuple[str, ...] = WRITES) -> list[FileOp]:
+    """Pair begin/end records into operations of the given kinds (writes unless asked for
+    ``("load",)``), in order of their start."""
     ops: list[FileOp] = []
     for rank, recs in records_by_rank.items():
         open_ops: dict[tuple[int, int], FileOp] = {}
         for r in recs:
             k = (int(r.get("a", 0)), int(r.get("seq", -1)))
+            if r.get("ph") == "begin" and r.get("op", "?") not in kinds:
+                continue
             if r.get("ph") == "begin":
                 op = FileOp(rank=rank, attempt=k[0], seq=k[1], op=r.get("op", "?"), path=r.get("path"),
                             src=r.get("src"), step=int(r.get("step", 0)), main=bool(r.get("main", True)),
@@ -247,7 +268,7 @@ def file_history(ops: list[FileOp]) -> dict[str, FileState]:
         return states.setdefault(p, FileState(p))
 
     for op in sorted(ops, key=lambda o: (o.t_end if o.t_end is not None else float("inf"), o.seq)):
-        if op.path is None:
+        if op.path is None or op.op not in WRITES:
             continue
         if not op.completed:
             if op.op in ("save", "copy"):

@@ -8,6 +8,7 @@ outside the submission returns ``environment=True``.
 from __future__ import annotations
 
 from grader.checks.base import CheckResult, Context
+from grader.checks.checkpoints import checkpoints_sound
 from grader.checks.collectives import collectives_per_step
 from grader.checks.completes import completes
 from grader.checks.memory import memory_flat
@@ -27,6 +28,7 @@ CHECKS = {
     "collectives_per_step": collectives_per_step,
     "step_time_tail": step_time_tail,
     "checkpoint_fresh": checkpoint_fresh,
+    "checkpoints_sound": checkpoints_sound,
 }
 
 

@@ -66,20 +66,25 @@ def matches_reference(spec, ctx: Context) -> CheckResult:
     if isinstance(theirs, CheckResult):
         theirs.environment = True
         return theirs
-    # A run that was killed and resumed must end where an uninterrupted one does.
-    resumed = ctx.runs.get("resume")
-    if resumed is not None and resumed.status == "ok" and not harness_failed(resumed):
+    # A run that was killed and resumed (between checkpoints: "resume"; during a checkpoint write:
+    # "resume_save") must end where an uninterrupted one does.
+    resumes: dict[str, Any] = {}
+    for role in sorted(r for r in ctx.runs if r.startswith("resume")):
+        resumed = ctx.runs[role]
+        if resumed.status != "ok" or harness_failed(resumed):
+            continue
         after = _ranks_agree(resumed, name)
         if isinstance(after, CheckResult):
             return after
-        rc = compare(after, theirs, spec.rtol, spec.atol)
+        rc = resumes[role] = compare(after, theirs, spec.rtol, spec.atol)
         if not rc["close"]:
             detail = (f"largest difference {rc['max_abs_diff']:.3g} in {rc['worst_param']}"
                       if rc.get("same_names") else "the parameter sets differ")
-            return CheckResult(name, False, "the run that was killed and restarted ends at different "
-                               f"parameters from the reference's uninterrupted run: {detail}", {"resume": rc})
+            how = "during a checkpoint write" if role == "resume_save" else "mid-run"
+            return CheckResult(name, False, f"the run that was killed {how} and restarted ends at different "
+                               f"parameters from the reference's uninterrupted run: {detail}", {role: rc})
     cmp = compare(mine, theirs, spec.rtol, spec.atol)
-    cmp.update(rtol=spec.rtol, atol=spec.atol)
+    cmp.update(rtol=spec.rtol, atol=spec.atol, **({"resumed_runs": resumes} if resumes else {}))
     if not cmp["same_names"] or "shape_mismatch" in cmp:
         return CheckResult(name, False, "the model's parameters are not the reference model's "
                            f"(names or shapes differ: {cmp})", cmp)

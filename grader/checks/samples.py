@@ -71,7 +71,7 @@ def sample_partition(spec, ctx: Context) -> CheckResult:
                        f"in a new order each epoch{after}", evidence)
 
 
-def _resume_point(ev, rank: int) -> int | None:
+def resume_point(ev, rank: int) -> int | None:
     """The attempt-0 step whose parameters attempt 1 started from, found by fingerprint (the
     bootstrap records one before the first step of each attempt and after every step): 0 when it
     started from scratch, None when it started from a state the job never reached."""
@@ -111,7 +111,7 @@ def _resume(spec, ctx: Context, uninterrupted: dict[int, list[int]], evidence: d
     for r, full in uninterrupted.items():
         steps = main.ranks[r].steps
         per_step = len(full) // steps if steps else 0
-        c = _resume_point(ev, r)
+        c = resume_point(ev, r)
         a1 = ev.samples(r, ds, attempt=1)
         info = evidence.setdefault("resume", {})
         info[r] = {"resumed_from_step": c, "attempt1_samples": len(a1), "samples_per_step": per_step}

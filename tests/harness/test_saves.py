@@ -9,6 +9,7 @@ import pytest
 
 from harness import rundir
 from harness.launch import Fault, LaunchConfig, launch
+from harness.observe import observe_rank
 from harness.saves import file_history, file_ops
 from tests.conftest import FIXTURES, assert_nothing_left
 
@@ -74,8 +75,9 @@ def test_a_real_run_is_traced_from_outside(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_save_torn_by_a_fault_has_no_end(tmp_path):
-    res = launch(LaunchConfig(script=FIXTURES / "torn_save.py", run_dir=tmp_path / "run", cwd=tmp_path,
+@pytest.mark.parametrize("script", ["torn_save.py", "torn_save_file.py"])  # a path, an open file
+def test_a_save_torn_by_a_fault_has_no_end(tmp_path, script):
+    res = launch(LaunchConfig(script=FIXTURES / script, run_dir=tmp_path / "run", cwd=tmp_path,
                               faults=[Fault(rank=0, step=3, when="save")]))
     assert_nothing_left(tmp_path / "run")
     key = rundir.load_run(res.run_dir)["key"]
@@ -113,3 +115,24 @@ def test_a_state_that_moves_on_while_it_is_written_is_marked(tmp_path, mutate, c
     op = file_ops({0: rundir.read_records(rundir.rank_dir(tmp_path, 0) / rundir.SAVES, key).valid})[0]
     assert op.fp == {"model.w": 0.0} and op.keys == ["model", "step"] and op.step == 5
     assert op.fp_changed is changed
+
+
+def test_loads_are_traced_apart_from_writes():
+    recs = ATOMIC + [rec(3, "begin", op="load", path="/w/c.pt", t=5.0, a=1), rec(3, "end", op="load", t=5.1, a=1),
+                     rec(4, "begin", op="load", path="/w/gone.pt", t=6.0, a=1),
+                     rec(4, "error", op="load", t=6.1, a=1, err="FileNotFoundError")]
+    assert [o.op for o in file_ops({0: recs})] == ["save", "rename"]  # what checks of writes always saw
+    loads = file_ops({0: recs}, kinds=("load",))
+    assert [(o.path, o.attempt, o.completed) for o in loads] == [("/w/c.pt", 1, True), ("/w/gone.pt", 1, False)]
+    assert [t for t, _ in file_history(file_ops({0: recs}))["/w/c.pt"].versions] == [2.2]  # a read is no version
+
+
+@pytest.mark.slow
+def test_a_save_fault_never_tears_the_harness_own_files(tmp_path):
+    # ddp_ok.py saves nothing: the only torch.save after step 3 is the bootstrap's final_params.pt
+    res = launch(LaunchConfig(script=FIXTURES / "ddp_ok.py", run_dir=tmp_path / "run", cwd=tmp_path,
+                              faults=[Fault(rank=r, step=3, when="save") for r in (0, 1)]))
+    assert_nothing_left(tmp_path / "run")
+    assert res.status == "ok" and all(r["exit_code"] == 0 for r in res.to_json()["ranks"])
+    key = rundir.load_run(res.run_dir)["key"]
+    assert all(observe_rank(res.run_dir, r, key).params_sha256 for r in (0, 1))
