@@ -98,6 +98,8 @@ class CheckpointValid(_Check):
     # top-level values (metrics, counters) that must equal the reference run's checkpoint: what a
     # collective in the checkpoint path computes cannot be dropped without this check noticing
     reference_keys: list[str] = []
+    # from the save trace: one rank wrote it (every rank saving one path is a race, apex#629)
+    single_writer: bool = True
     rtol: float = Field(1e-5, ge=0)
     atol: float = Field(1e-6, ge=0)
 

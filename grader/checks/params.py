@@ -7,6 +7,7 @@ from typing import Any
 
 from grader.checks.base import CheckResult, Context, need, need_trained
 from grader.evidence import RunEvidence, harness_failed
+from harness.saves import file_history
 
 WRAPPER_PREFIXES = ("module.", "_orig_mod.")
 
@@ -161,6 +162,12 @@ def checkpoint_valid(spec, ctx: Context) -> CheckResult:
     if not isinstance(state, dict):
         return CheckResult(name, False, f"the checkpoint at {spec.path} has no model state under "
                            f"{spec.key!r}", evidence)
+    writers = _writers(ev, path)
+    evidence["writers"] = writers
+    if spec.single_writer and len(writers) > 1:
+        return CheckResult(name, False, f"ranks {' and '.join(map(str, writers))} all wrote {spec.path} "
+                           "(from the save trace): which one's bytes it holds depends on who finished last",
+                           evidence)
     if ev.status != "ok":
         return CheckResult(name, False, f"the checkpoint loads, but {ev.describe()} did not complete, so it "
                            "cannot hold the final parameters", evidence)
@@ -193,6 +200,12 @@ def checkpoint_valid(spec, ctx: Context) -> CheckResult:
     what = " and " + ", ".join(spec.reference_keys) + " as in the reference run" if spec.reference_keys else ""
     return CheckResult(name, True, f"the checkpoint at {spec.path} loads and holds the final parameters{what}",
                        evidence)
+
+
+def _writers(ev: RunEvidence, path: Path) -> list[int]:
+    """Ranks that wrote ``path`` (directly, or by renaming or copying a file into it)."""
+    state = file_history(ev.file_ops).get(str(path.resolve()))
+    return sorted(state.writers) if state else []
 
 
 def _scalar(v: Any) -> Any:

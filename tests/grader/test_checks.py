@@ -161,3 +161,33 @@ def test_throughput_is_the_median_of_interleaved_round_ratios():
     assert tp.speedup == pytest.approx(2.5) and tp.reference_speedup == pytest.approx(3.0)
     assert tp.normalized == pytest.approx(0.75) and tp.passed and not tp.suspicious
     assert tp.spread == pytest.approx((3.0 - 2.0) / 2.5)
+
+
+# -- checkpoint_valid: who wrote the file, from the save trace ------------------------------------
+
+@pytest.mark.parametrize("writers, single_writer, passed, says", [
+    ([0], True, True, "loads and holds the final parameters"),
+    ([0, 1], True, False, "ranks 0 and 1 all wrote out/ckpt.pt"),  # every rank saving one path: a race
+    ([0, 1], False, True, "loads and holds the final parameters"),   # an exercise may allow it
+])
+def test_checkpoint_valid_names_every_rank_that_wrote_the_file(tmp_path, writers, single_writer, passed, says):
+    from grader.manifest import CheckpointValid
+    from harness import rundir
+    from tests.grader.builders import KEY
+
+    final = {"w": torch.ones(3)}
+    root = make_run(tmp_path / "main", params={0: final, 1: final})
+    ckpt = root / "work" / "out" / "ckpt.pt"
+    ckpt.parent.mkdir(parents=True)
+    torch.save({"model": final}, ckpt)
+    for r in writers:
+        w = rundir.RecordWriter(rundir.rank_dir(root, r) / rundir.SAVES, KEY)
+        w.write({"a": 0, "seq": 1, "ph": "begin", "op": "save", "path": str(ckpt.resolve()), "step": 16,
+                 "main": True, "t": 20.0 + r})
+        w.write({"a": 0, "seq": 1, "ph": "end", "op": "save", "dur": 0.1, "bytes": 100, "step": 16,
+                 "main": True, "t": 20.1 + r})
+        w.close()
+    spec = CheckpointValid(name="checkpoint_valid", path="out/ckpt.pt", key="model", single_writer=single_writer)
+    c = run_check(spec, Context(_M(), {"main": load_run("main", root)}))
+    assert c.passed is passed and says in c.message, c.message
+    assert c.evidence["writers"] == writers
