@@ -8,7 +8,8 @@ Where each phase's time comes from (main thread only, see ``harness.phases.Phase
 - backward: ``Tensor.backward``, ``torch.autograd.backward`` and ``torch.autograd.grad``;
 - sync: the ``torch.distributed`` collectives called from Python (those ``harness.instrument`` traces);
 - optimizer: between the optimizer step pre-hook and the harness's step record;
-- checkpoint: ``torch.save``, whatever ``torch.save`` is at install time (other wrappers compose);
+- checkpoint: ``torch.save`` (whatever ``torch.save`` is at install time: other wrappers compose),
+  ``shutil.copyfile`` (and the ``shutil.copy*`` built on it) and ``ArtifactStore.upload``;
 - other: the rest of the step's wall time.
 
 Nothing here runs without ``--profile``: the default path of a rank is unchanged.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import threading
 import time
 from typing import Any
@@ -185,23 +187,34 @@ def install(rec: Recorder, schedule: dict[str, int] | None = None) -> Profiler:
             if fn is not None:
                 setattr(mod, name, _phase(timer, "sync", fn))
 
-    # checkpoint: chain whatever torch.save is now (the harness's own save trace, fault injection).
-    inner_save = torch.save
+    # checkpoint: chain whatever torch.save is now (the harness's own save trace, fault injection),
+    # and the other ways a checkpoint reaches storage: file copies and the kit's artifact store.
+    bg = threading.local()  # nesting depth on other threads: an upload's own copy is counted once
 
-    @functools.wraps(inner_save)
-    def save(*args, **kwargs):
-        if threading.get_ident() != timer.thread:
-            t0 = time.perf_counter()
+    def checkpoint_phase(inner):
+        @functools.wraps(inner)
+        def wrapped(*args, **kwargs):
+            if threading.get_ident() != timer.thread:
+                depth = getattr(bg, "depth", 0)
+                bg.depth = depth + 1
+                t0 = time.perf_counter()
+                try:
+                    return inner(*args, **kwargs)
+                finally:
+                    bg.depth = depth
+                    if depth == 0:
+                        prof.background_save(time.perf_counter() - t0)
+            timer.enter("checkpoint")
             try:
-                return inner_save(*args, **kwargs)
+                return inner(*args, **kwargs)
             finally:
-                prof.background_save(time.perf_counter() - t0)
-        timer.enter("checkpoint")
-        try:
-            return inner_save(*args, **kwargs)
-        finally:
-            timer.exit("checkpoint")
+                timer.exit("checkpoint")
+        return wrapped
 
-    torch.save = save
+    torch.save = checkpoint_phase(torch.save)
+    shutil.copyfile = checkpoint_phase(shutil.copyfile)
+    from harness.workloads import ArtifactStore
+
+    ArtifactStore.upload = checkpoint_phase(ArtifactStore.upload)
     return prof
 
