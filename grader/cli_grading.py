@@ -41,8 +41,10 @@ def _public(res) -> dict:
         "checks": [{k: c[k] for k in ("name", "passed", "evidence", "message", "required", "environment")}
                    for c in res["checks"]],
         "throughput": None if not res.get("throughput") else {
-            k: res["throughput"][k] for k in ("speedup", "spread", "normalized", "rounds",
-                                              "reference_speedup", "suspicious", "counted")},
+            k: res["throughput"].get(k) for k in ("speedup", "spread", "normalized", "rounds",
+                                                  "reference_speedup", "suspicious", "counted",
+                                                  "fraction_of_bound", "reference_fraction_of_bound",
+                                                  "bound_spread")},
         "submission": res["submission"], "environment": res["environment"], "timings": res["timings"],
         "result_json": str(Path(res["out_dir"]) / "result.json"),
     }
