@@ -187,7 +187,7 @@ def _throughput_check(tp: ThroughputResult, m: Manifest) -> CheckResult:
                 f"{tp.reference_fraction_of_bound:.0%}; reported, not graded)")
     if tp.note:
         msg += f" ({tp.note})"
-    return CheckResult("throughput", tp.passed and tp.counted, msg, tp.to_json(), required=False,
+    return CheckResult("throughput", tp.passed and tp.counted, msg, tp.to_json(), required=m.throughput.required,
                        weight=m.throughput.weight)
 
 

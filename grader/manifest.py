@@ -124,6 +124,9 @@ class Throughput(_Strict):
     rounds: int = Field(3, ge=1)
     warmup_rounds: int = Field(1, ge=0)
     weight: float = Field(1.0, ge=0)
+    # Where speed is the whole exercise (nothing else in the broken script is wrong), the throughput
+    # check gates the pass like a required correctness check.
+    required: bool = False
     suspicious_factor: float = Field(2.0, gt=1.0, description="flag speedups this far above the reference")
     # A kit-owned script in the exercise folder (never editable) that runs the same model, batches
     # and steps with no input pipeline and no communication: the compute bound steps/s are

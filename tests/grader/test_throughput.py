@@ -139,6 +139,7 @@ def test_a_throughput_grading_carries_the_fractions(tmp_path, monkeypatch):
     assert tp["speedup"] == pytest.approx(4.0) and tp["bound_spread"] == pytest.approx(0.0)
     check = next(c for c in res["checks"] if c["name"] == "throughput")
     assert "50% of the compute bound's steps/s (reference 62%" in check["message"]
+    assert check["required"] is ex.manifest.throughput.required is True  # speed is this exercise's fix
     public = json.loads(json.dumps(_public(res)))
     assert public["throughput"]["fraction_of_bound"] == pytest.approx(0.5)
     # the bound ran the kit's bound.py from the kit's own copy of the exercise
