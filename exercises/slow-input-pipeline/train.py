@@ -22,11 +22,11 @@ from harness.workloads import MLP, SensorRecords
 
 # -----------------------------------------------------------------------------
 # data
-DATASET_SIZE = 4096
+DATASET_SIZE = 8192
 TRACE_LEN = 64  # int16 samples per record
-N_FREQS = 16  # spectrum bins 1..N_FREQS are the model's inputs
+N_FREQS = 32  # spectrum bins 1..N_FREQS are the model's inputs
 # optimisation
-GLOBAL_BATCH = 256  # samples per optimizer step, summed over ranks
+GLOBAL_BATCH = 512  # samples per optimizer step, summed over ranks
 EPOCHS = 2
 LEARNING_RATE = 1e-3
 # model
