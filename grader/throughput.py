@@ -91,8 +91,8 @@ def measure(run: Callable[[str, str], RunEvidence], rounds: int, warmup_rounds: 
         tp.fraction_of_bound = median_fraction(per_round, "candidate")
         tp.reference_fraction_of_bound = median_fraction(per_round, "reference")
         fr = fractions_of_bound(per_round, "candidate")
-        if tp.fraction_of_bound:
-            tp.bound_spread = round((max(fr) - min(fr)) / tp.fraction_of_bound, 4)
-        else:
+        if tp.fraction_of_bound is None:
             tp.note = (tp.note + "; " if tp.note else "") + "the compute bound made no steps"
+        elif tp.fraction_of_bound > 0:
+            tp.bound_spread = round((max(fr) - min(fr)) / tp.fraction_of_bound, 4)
     return tp

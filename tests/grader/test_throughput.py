@@ -50,6 +50,7 @@ def _runner(rates: dict[str, list[float]], status: dict[str, list[str]] | None =
     ([0, 0, 0], [20, 20, 20], [30, 30, 30], None, None, None),  # no bound rate at all: no figure
     ([40, 40, 40], [20, 20, 20], [30, 30, 30], ["failed", "ok", "ok"], 0.5, 0.75),  # failed bound skipped
     ([40, 40, 40], [20, 20, 20], [30, 30, 30], ["failed"] * 3, None, None),
+    ([40, 40, 40], [0, 0, 0], [30, 30, 30], None, 0.0, 0.75),  # a candidate with no steps: 0, not "no bound"
 ])
 def test_fraction_of_the_bound_is_the_median_of_per_round_ratios(bound, cand, ref, status, want_cand, want_ref):
     rates = {"broken": [10] * 4, "candidate": [5] + cand, "reference": [5] + ref, "bound": bound}
@@ -59,6 +60,8 @@ def test_fraction_of_the_bound_is_the_median_of_per_round_ratios(bound, cand, re
     assert tp.reference_fraction_of_bound == (pytest.approx(want_ref) if want_ref is not None else None)
     if want_cand is None:
         assert "compute bound made no steps" in tp.note and tp.bound_spread is None
+    else:
+        assert "compute bound" not in tp.note
     # the bound runs in every measured round, after the three others, never in the warm-up
     assert [r for r, t in order if t == "warmup0"] == ["broken", "candidate", "reference"]
     assert [r for r, t in order if t == "round1"] == ["broken", "candidate", "reference", "bound"]
