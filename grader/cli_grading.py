@@ -42,8 +42,10 @@ def _public(res) -> dict:
                    for c in res["checks"]],
         "issues": [{k: i[k] for k in ("name", "title", "fixed", "checks")} for i in res.get("issues", [])],
         "throughput": None if not res.get("throughput") else {
-            k: res["throughput"][k] for k in ("speedup", "spread", "normalized", "rounds",
-                                              "reference_speedup", "suspicious", "counted")},
+            k: res["throughput"].get(k) for k in ("speedup", "spread", "normalized", "rounds",
+                                                  "reference_speedup", "suspicious", "counted",
+                                                  "fraction_of_bound", "reference_fraction_of_bound",
+                                                  "bound_spread")},
         "submission": res["submission"], "environment": res["environment"], "timings": res["timings"],
         "result_json": str(Path(res["out_dir"]) / "result.json"),
     }

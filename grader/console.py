@@ -115,6 +115,9 @@ def grade_summary(res) -> None:
         text(f"throughput: {tp['speedup']:.2f}x broken (spread {tp['spread']:.0%}), reference "
              f"{tp['reference_speedup']:.2f}x, normalised {tp['normalized']:.2f}"
              + ("  [flagged for review]" if tp.get("suspicious") else ""))
+        if tp.get("fraction_of_bound") is not None:
+            text(f"compute bound: submission at {tp['fraction_of_bound']:.0%} of its steps/s, reference at "
+                 f"{tp['reference_fraction_of_bound']:.0%} (median of per-round ratios; reported, not graded)")
     if res["environment_failure"]:
         verdict, colour = "ENVIRONMENT FAILURE (not the submission's fault)", "yellow"
     else:

@@ -71,10 +71,13 @@ def plan_roles(m: Manifest) -> dict[str, dict[str, Any]]:
 
 def run_role(ex: Exercise, script_dir: Path, run_dir: Path, role: str, device: str, nproc: int,
              max_restarts: int = 0, faults: list[Fault] | None = None,
-             env: dict[str, str] | None = None) -> RunEvidence:
+             env: dict[str, str] | None = None, script: str | None = None) -> RunEvidence:
+    """``script`` runs another file of the assembled folder than the entry (the compute bound),
+    without the entry's arguments."""
     m = ex.manifest
     (run_dir / "work").mkdir(parents=True, exist_ok=True)
-    cfg = LaunchConfig(script=script_dir / m.entry, script_args=list(m.run.args), nproc=nproc,
+    cfg = LaunchConfig(script=script_dir / (script or m.entry), script_args=[] if script else list(m.run.args),
+                       nproc=nproc,
                        max_restarts=max_restarts, device=device, hang_timeout=m.run.hang_timeout,
                        startup_timeout=m.run.startup_timeout, timeout=m.run.timeout,
                        pg_timeout=m.run.pg_timeout, run_dir=run_dir, cwd=run_dir / "work",
@@ -173,14 +176,18 @@ def _throughput(ex, sub: Submission, out: Path, opts: GradeOptions, checks, prog
     correct = all(c.passed for c in checks if c.required)
     broken = assemble(ex, "broken", None, out / "throughput-broken")
     reference = assemble(ex, "solution", None, out / "throughput-reference")
-    dirs = {"broken": broken.dir, "candidate": sub.dir, "reference": reference.dir}
+    # The bound runs from the kit's own copy of the exercise (the broken assembly): its model and
+    # batches are the kit's, whatever the submission's files say.
+    dirs = {"broken": broken.dir, "candidate": sub.dir, "reference": reference.dir, "bound": broken.dir}
 
     def run(role: str, tag: str) -> RunEvidence:
         progress(f"throughput {tag}: {role}")
-        return run_role(ex, dirs[role], out / "runs" / f"tp-{tag}-{role}", role, opts.device, m.world_size)
+        return run_role(ex, dirs[role], out / "runs" / f"tp-{tag}-{role}", role, opts.device, m.world_size,
+                        script=tcfg.bound if role == "bound" else None)
 
     pass_speedup = 1 + 0.5 * (tcfg.target_speedup - 1)
-    tp = measure(run, opts.repeats or tcfg.rounds, tcfg.warmup_rounds, tcfg.suspicious_factor, pass_speedup)
+    tp = measure(run, opts.repeats or tcfg.rounds, tcfg.warmup_rounds, tcfg.suspicious_factor, pass_speedup,
+                 bound=tcfg.bound is not None)
     tp.counted = correct
     if not correct:
         tp.note = (tp.note + "; " if tp.note else "") + "not counted: a required correctness check failed"
@@ -191,9 +198,12 @@ def _throughput_check(tp: ThroughputResult, m: Manifest) -> CheckResult:
     msg = (f"{tp.speedup:.2f}x the broken baseline's steps/s (median of {len(tp.rounds)} rounds, spread "
            f"{tp.spread:.0%}); the reference reaches {tp.reference_speedup:.2f}x; pass at "
            f"{tp.pass_speedup:.2f}x")
+    if tp.fraction_of_bound is not None:
+        msg += (f"; {tp.fraction_of_bound:.0%} of the compute bound's steps/s (reference "
+                f"{tp.reference_fraction_of_bound:.0%}; reported, not graded)")
     if tp.note:
         msg += f" ({tp.note})"
-    return CheckResult("throughput", tp.passed and tp.counted, msg, tp.to_json(), required=False,
+    return CheckResult("throughput", tp.passed and tp.counted, msg, tp.to_json(), required=m.throughput.required,
                        weight=m.throughput.weight)
 
 

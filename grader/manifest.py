@@ -186,7 +186,21 @@ class Throughput(_Strict):
     rounds: int = Field(3, ge=1)
     warmup_rounds: int = Field(1, ge=0)
     weight: float = Field(1.0, ge=0)
+    # Where speed is the whole exercise (nothing else in the broken script is wrong), the throughput
+    # check gates the pass like a required correctness check.
+    required: bool = False
     suspicious_factor: float = Field(2.0, gt=1.0, description="flag speedups this far above the reference")
+    # A kit-owned script in the exercise folder (never editable) that runs the same model, batches
+    # and steps with no input pipeline and no communication: the compute bound steps/s are
+    # reported against. Run as a fourth role in each measured round.
+    bound: str | None = None
+
+    @field_validator("bound")
+    @classmethod
+    def _bound(cls, v: str | None) -> str | None:
+        if v is not None and (not v.endswith(".py") or v.startswith("/") or ".." in Path(v).parts):
+            raise ValueError(f"{v!r} must be a .py file inside the exercise folder, e.g. \"bound.py\"")
+        return v
 
 
 class Issue(_Strict):
@@ -255,6 +269,9 @@ class Manifest(_Strict):
                 raise ValueError(f"broken_fails names {n!r}, which is not among this exercise's checks")
         if not self.broken_fails:
             raise ValueError("broken_fails: name at least one check the broken script must fail")
+        if self.throughput and self.throughput.bound in self.editable:
+            raise ValueError(f"throughput.bound {self.throughput.bound!r} is editable; the bound must be a "
+                             "kit-owned file the candidate cannot change")
         return self
 
     def check(self, name: str):
@@ -338,4 +355,7 @@ def load_manifest(path: Path) -> Manifest:
         if not (path.parent / f).is_file():
             raise ManifestError(f"{path}: editable: {f!r} is not a file in {path.parent}; "
                                 "list files that exist")
+    if m.throughput and m.throughput.bound and not (path.parent / m.throughput.bound).is_file():
+        raise ManifestError(f"{path}: throughput.bound: {m.throughput.bound!r} is not a file in {path.parent}; "
+                            "name the compute-bound script that exists there")
     return m

@@ -1,7 +1,12 @@
 """Throughput measured fairly (DESIGN.md): the broken baseline, the candidate and the reference run
 interleaved in rounds (B C R, B C R, ...) after warm-up rounds, on the same machine in the same
 grading run. The figure is the median of per-round ratios, with its spread; absolute steps/s are
-reported but never graded. Normalised as in RE-Bench: 0 = broken, 1 = reference, floored at 0."""
+reported but never graded. Normalised as in RE-Bench: 0 = broken, 1 = reference, floored at 0.
+
+Where the exercise declares a compute bound (the same model and batches, already in memory, no
+input pipeline, no communication), it runs as a fourth role in each measured round (B C R X), and
+the candidate's and the reference's steps/s are reported as fractions of it: how close to the
+limit, not only how far from the start. The fraction is reported, never graded."""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from typing import Any, Callable
 from grader.evidence import RunEvidence
 
 ROLES = ("broken", "candidate", "reference")
+BOUND = "bound"
 
 
 @dataclass
@@ -26,6 +32,10 @@ class ThroughputResult:
     passed: bool = False
     pass_speedup: float = 0.0
     note: str = ""
+    # steps/s as a fraction of the compute bound's, median of per-round ratios (None: no bound)
+    fraction_of_bound: float | None = None
+    reference_fraction_of_bound: float | None = None
+    bound_spread: float | None = None  # (max - min) / median of the candidate's per-round fractions
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -37,15 +47,32 @@ def job_rate(ev: RunEvidence) -> float:
     return min(rates) if rates else 0.0
 
 
+def fractions_of_bound(per_round: list[dict[str, float]], role: str) -> list[float]:
+    """Per round, ``role``'s steps/s over the bound's (rounds where the bound made no steps skipped)."""
+    return [r[role] / r[BOUND] for r in per_round if r.get(BOUND, 0) > 0]
+
+
+def median_fraction(per_round: list[dict[str, float]], role: str) -> float | None:
+    fr = fractions_of_bound(per_round, role)
+    return round(statistics.median(fr), 4) if fr else None
+
+
 def measure(run: Callable[[str, str], RunEvidence], rounds: int, warmup_rounds: int,
-            suspicious_factor: float, pass_speedup: float) -> ThroughputResult:
-    """``run(role, tag)`` launches one role and returns its evidence."""
+            suspicious_factor: float, pass_speedup: float, bound: bool = False) -> ThroughputResult:
+    """``run(role, tag)`` launches one role and returns its evidence. With ``bound``, each measured
+    round also runs the compute bound (not the warm-up rounds: it has no pipeline to warm)."""
     for w in range(warmup_rounds):
         for role in ROLES:
             run(role, f"warmup{w}")
+    roles = ROLES + ((BOUND,) if bound else ())
     per_round = []
     for i in range(rounds):
-        rates = {role: job_rate(run(role, f"round{i}")) for role in ROLES}
+        rates = {}
+        for role in roles:
+            ev = run(role, f"round{i}")
+            # a bound that did not finish measured nothing: its partial rate must not pose as the limit
+            ok = role != BOUND or getattr(ev, "status", "ok") == "ok"
+            rates[role] = job_rate(ev) if ok else 0.0
         per_round.append(rates)
     cand = [r["candidate"] / r["broken"] for r in per_round if r["broken"] > 0]
     ref = [r["reference"] / r["broken"] for r in per_round if r["broken"] > 0]
@@ -57,6 +84,15 @@ def measure(run: Callable[[str, str], RunEvidence], rounds: int, warmup_rounds: 
     suspicious = ref_speedup > 1 and speedup > suspicious_factor * ref_speedup
     note = ("speedup far above the reference's: a human should look at how it was achieved"
             if suspicious else "")
-    return ThroughputResult(round(speedup, 4), round(spread, 4), round(ref_speedup, 4), round(normalized, 4),
-                            per_round, suspicious=suspicious, passed=speedup >= pass_speedup,
-                            pass_speedup=pass_speedup, note=note)
+    tp = ThroughputResult(round(speedup, 4), round(spread, 4), round(ref_speedup, 4), round(normalized, 4),
+                          per_round, suspicious=suspicious, passed=speedup >= pass_speedup,
+                          pass_speedup=pass_speedup, note=note)
+    if bound:
+        tp.fraction_of_bound = median_fraction(per_round, "candidate")
+        tp.reference_fraction_of_bound = median_fraction(per_round, "reference")
+        fr = fractions_of_bound(per_round, "candidate")
+        if tp.fraction_of_bound is None:
+            tp.note = (tp.note + "; " if tp.note else "") + "the compute bound made no steps"
+        elif tp.fraction_of_bound > 0:
+            tp.bound_spread = round((max(fr) - min(fr)) / tp.fraction_of_bound, 4)
+    return tp

@@ -8,9 +8,11 @@ the harness the ledger is a no-op and these are plain torch datasets and modules
 
 from __future__ import annotations
 
+import array
 import math
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 
@@ -68,6 +70,38 @@ class SyntheticTokens(Dataset):
         _record(self.name, index)
         s = self.seqs[index]
         return s[:-1], s[1:]
+
+
+class SensorRecords(Dataset):
+    """Raw sensor traces as stored: each item is ``(record, target)``, the record ``length``
+    little-endian int16 samples as ``bytes`` (a mix of a few tones plus noise, as a sensor would
+    store it), the target a fixed function of which tones are present and how loud. Turning the
+    bytes into model inputs is the reader's job, as with any stored format."""
+
+    def __init__(self, size: int, length: int = 64, tones: int = 3, seed: int = 0, name: str = "train"):
+        g = torch.Generator().manual_seed(seed)
+        t = torch.arange(length, dtype=torch.float64)
+        freq = torch.randint(1, length // 4 + 1, (size, tones), generator=g)
+        amp = torch.rand(size, tones, generator=g, dtype=torch.float64) + 0.2
+        phase = torch.rand(size, tones, 1, generator=g, dtype=torch.float64) * 2 * math.pi
+        wave = (amp[:, :, None] * torch.sin(2 * math.pi * freq[:, :, None] * t / length + phase)).sum(1)
+        wave = wave + 0.1 * torch.randn(size, length, generator=g, dtype=torch.float64)
+        scale = 8000.0 / wave.abs().amax(1, keepdim=True)
+        weight = torch.randn(length // 4 + 1, generator=g, dtype=torch.float64)
+        samples = array.array("h", (wave * scale).round().to(torch.int16).flatten().tolist())
+        if sys.byteorder == "big":
+            samples.byteswap()
+        self._blob = samples.tobytes()
+        self._y = (amp * weight[freq]).sum(1, keepdim=True).to(torch.float32)
+        self._stride = 2 * length
+        self.name = name
+
+    def __len__(self) -> int:
+        return len(self._y)
+
+    def __getitem__(self, index: int):
+        _record(self.name, index)
+        return self._blob[index * self._stride:(index + 1) * self._stride], self._y[index]
 
 
 class MLP(nn.Module):

@@ -16,17 +16,18 @@ def make_run(root: Path, world_size: int = 2, steps: int = 10, status: str = "ok
              rss: list[float] | None = None, ledgers: dict[int, list[int]] | None = None,
              params: dict[int, dict[str, torch.Tensor]] | None = None,
              attempts: dict[int, list[dict[str, Any]]] | None = None, dataset: str = "train",
-             killed: tuple[int, ...] = ()) -> Path:
+             killed: tuple[int, ...] = (), step_dt: float = 1.0) -> Path:
     """A finished run: ``steps`` step records per rank (RSS from ``rss``), the given ledger
     indices, and final params per rank. ``attempts`` adds raw records per rank (restart tests);
-    ranks in ``killed`` leave no exit record and no final params, as after a SIGKILL."""
+    ranks in ``killed`` leave no exit record and no final params, as after a SIGKILL; steps come
+    ``step_dt`` seconds apart (1 / steps/s)."""
     root.mkdir(parents=True, exist_ok=True)
     for r in range(world_size):
         d = rundir.rank_dir(root, r)
         ev = rundir.RecordWriter(d / rundir.EVENTS, KEY)
         ev.write({"kind": "start", "attempt": 0, "t": 0.0, "pid": 1, "rank": r})
         for s in range(steps):
-            ev.write({"kind": "step", "attempt": 0, "t": float(s), "step": s + 1, "dt": 0.01,
+            ev.write({"kind": "step", "attempt": 0, "t": s * step_dt, "step": s + 1, "dt": 0.01,
                       "rss_mb": (rss[s] if rss else 100.0), "lr": [0.1]})
         for rec in (attempts or {}).get(r, []):
             ev.write(rec)

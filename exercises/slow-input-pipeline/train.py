@@ -1,0 +1,132 @@
+"""
+Bearing-wear regressor: an MLP over the spectrum of raw vibration traces, trained data-parallel.
+Each record is a raw int16 trace as the sensors store it; the model sees the log power spectrum of
+the normalised trace.
+
+Launch (one process per GPU, or per CPU core with gloo):
+
+    torchrun --standalone --nproc-per-node 2 train.py
+"""
+
+import math
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+from harness.workloads import MLP, SensorRecords
+
+# -----------------------------------------------------------------------------
+# data
+DATASET_SIZE = 8192
+TRACE_LEN = 64  # int16 samples per record
+N_FREQS = 32  # spectrum bins 1..N_FREQS are the model's inputs
+# optimisation
+GLOBAL_BATCH = 512  # samples per optimizer step, summed over ranks
+EPOCHS = 2
+LEARNING_RATE = 1e-3
+# model
+WIDTH = 768
+DEPTH = 4
+# logging and checkpoints
+LOG_INTERVAL = 8
+OUT_DIR = "out"
+SEED = 1337
+# -----------------------------------------------------------------------------
+
+
+def decode(record: bytes) -> list[float]:
+    """Little-endian int16 samples scaled to [-1, 1)."""
+    return [int.from_bytes(record[i:i + 2], "little", signed=True) / 32768.0
+            for i in range(0, len(record), 2)]
+
+
+def spectral_features(record: bytes) -> torch.Tensor:
+    """log(1 + power) of DFT bins 1..N_FREQS of the trace, normalised to zero mean, unit variance."""
+    x = decode(record)
+    n = len(x)
+    mean = sum(x) / n
+    std = math.sqrt(sum((v - mean) ** 2 for v in x) / n) + 1e-8
+    x = [(v - mean) / std for v in x]
+    feats = []
+    for k in range(1, N_FREQS + 1):
+        re = im = 0.0
+        for t, v in enumerate(x):
+            angle = 2.0 * math.pi * k * t / n
+            re += v * math.cos(angle)
+            im -= v * math.sin(angle)
+        feats.append(math.log1p((re * re + im * im) / n))
+    return torch.tensor(feats, dtype=torch.float32)
+
+
+class SpectralDataset(Dataset):
+    """The records as model inputs: (spectral features, target)."""
+
+    def __init__(self, records: Dataset):
+        self.records = records
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, index: int):
+        record, target = self.records[index]
+        return spectral_features(record), target
+
+
+def main() -> None:
+    dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+    rank = dist.get_rank()
+    world_size = dist.get_world_size()
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    master_process = rank == 0
+    if torch.cuda.is_available():
+        device = torch.device(f"cuda:{local_rank}")
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    assert GLOBAL_BATCH % world_size == 0, "GLOBAL_BATCH must split evenly across ranks"
+    batch_size = GLOBAL_BATCH // world_size
+
+    torch.manual_seed(SEED)
+    train_set = SensorRecords(DATASET_SIZE, TRACE_LEN, seed=SEED, name="train")
+    sampler = DistributedSampler(train_set, shuffle=True, seed=SEED, drop_last=True)
+    loader = DataLoader(SpectralDataset(train_set), batch_size=batch_size, sampler=sampler, drop_last=True)
+
+    model = MLP(features=N_FREQS, hidden=WIDTH, targets=1, depth=DEPTH).to(device)
+    raw_model = model
+    model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE)
+
+    step = 0
+    t0 = time.time()
+    for epoch in range(EPOCHS):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            loss = F.mse_loss(model(x), y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            step += 1
+
+            if master_process and step % LOG_INTERVAL == 0:
+                dt = (time.time() - t0) / LOG_INTERVAL
+                t0 = time.time()
+                print(f"epoch {epoch} step {step:4d} | loss {loss.item():.5f} | {dt * 1000:.1f} ms/step | "
+                      f"{GLOBAL_BATCH / dt:.0f} samples/s", flush=True)
+
+    if master_process:
+        os.makedirs(OUT_DIR, exist_ok=True)
+        torch.save({"model": raw_model.state_dict(), "optimizer": optimizer.state_dict(), "step": step},
+                   os.path.join(OUT_DIR, "ckpt.pt.tmp"))
+        os.replace(os.path.join(OUT_DIR, "ckpt.pt.tmp"), os.path.join(OUT_DIR, "ckpt.pt"))
+        print(f"done after {step} steps", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
