@@ -37,11 +37,23 @@ class Run:
     steps_per_s: float
 
 
-def timed(cmd: list[str], cwd: Path | None = None) -> tuple[float, float, str]:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=cwd)
-    wall = time.perf_counter() - t
+FAILED: dict[str, int] = {}  # launches that failed and were run again, by launcher
+
+
+def timed(cmd: list[str], cwd: Path | None = None, name: str = "") -> tuple[float, float, str]:
+    for attempt in range(3):  # torchrun --standalone itself fails now and then on gloo: run again, say so
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t = time.perf_counter()
+        p = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
+        wall = time.perf_counter() - t
+        if p.returncode == 0:
+            break
+        FAILED[name] = FAILED.get(name, 0) + 1
+        tail = (p.stderr.strip().splitlines() or ["(no output)"])[-1]
+        print(f"{name}: a launch failed (exit {p.returncode}: {tail[:200]}); running it again",
+              file=sys.stderr, flush=True)
+    else:
+        raise SystemExit(f"{name}: three launches in a row failed; see the error above")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return wall, cpu, p.stdout
@@ -49,14 +61,14 @@ def timed(cmd: list[str], cwd: Path | None = None) -> tuple[float, float, str]:
 
 def bare(nproc: int, _tmp: Path) -> Run:
     wall, cpu, out = timed([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                            f"--nproc-per-node={nproc}", str(SCRIPT)])
+                            f"--nproc-per-node={nproc}", str(SCRIPT)], name="torchrun")
     return Run(wall, cpu, float(RATE.search(out).group(1)))
 
 
 def harness(nproc: int, tmp: Path) -> Run:
     run_dir = Path(tempfile.mkdtemp(dir=tmp)) / "run"
     wall, cpu, _ = timed([sys.executable, "-m", "grader.cli", "run", str(SCRIPT), "--nproc", str(nproc), "--json",
-                          "--run-dir", str(run_dir)], cwd=HERE.parent)
+                          "--run-dir", str(run_dir)], cwd=HERE.parent, name="trainwreck run")
     return Run(wall, cpu, float(RATE.search((run_dir / "ranks" / "0" / "stdout.log").read_text()).group(1)))
 
 
@@ -93,6 +105,8 @@ def main() -> int:
           f"(goal ≤ +10%), {1 - med(h, 'steps_per_s') / med(b, 'steps_per_s'):+.1%} fewer steps/s (goal ≤ 5%), "
           f"{med(h, 'cpu_s') / med(b, 'cpu_s') - 1:+.1%} CPU time")
     print(f"overhead, median per-round ratio:  {paired_wall:+.1%} wall time, {paired_rate:+.1%} fewer steps/s")
+    if FAILED:
+        print("launches that failed and were run again: " + ", ".join(f"{k} {v}" for k, v in FAILED.items()))
     return 0
 
 

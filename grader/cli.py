@@ -11,8 +11,7 @@ from pathlib import Path
 import click
 
 from grader import console
-from grader.exercises import discover, find
-from grader.manifest import ManifestError
+from grader.errors import ManifestError
 from harness.launch import LaunchConfig, LaunchError, launch
 from harness.phases import read_run as read_profile
 
@@ -76,6 +75,8 @@ def _config_for(target: str, script_args: list[str], **opts) -> LaunchConfig:
             raise UserError(f"script not found: {target} (give a Python file or an exercise slug)")
         script = path
     else:
+        from grader.exercises import find  # pydantic: only when a slug is given
+
         ex = find(target)
         script = ex.script
         run = ex.manifest.run
@@ -99,6 +100,8 @@ def _config_for(target: str, script_args: list[str], **opts) -> LaunchConfig:
 @cli.command("list")
 def list_cmd():
     """The exercises, from their manifests."""
+    from grader.exercises import discover
+
     found, errors = discover()
     for e in errors:
         console.warn(e)
@@ -114,6 +117,8 @@ def list_cmd():
 @click.argument("slug")
 def show_cmd(slug):
     """An exercise's facts and its brief."""
+    from grader.exercises import find
+
     ex = find(slug)
     m = ex.manifest
     console.table(m.title, ["fact", "value"], [

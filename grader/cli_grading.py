@@ -1,5 +1,8 @@
 """``trainwreck grade | regrade | verify | record | demo``: thin commands over grader.grade,
-grader.verify and grader.record; all printing goes through grader.console."""
+grader.verify and grader.record; all printing goes through grader.console.
+
+This module is imported by every `trainwreck` command (to register these), so the grading modules
+are imported inside the commands that use them: `trainwreck run` starts without them."""
 
 from __future__ import annotations
 
@@ -11,11 +14,18 @@ import click
 
 from grader import console
 from grader import result as results
-from grader.exercises import discover, find
-from grader.grade import GradeOptions, grade, regrade
-from grader.record import record
-from grader.submission import SubmissionError
-from grader.verify import verify
+
+
+def find(slug: str):
+    from grader.exercises import find as find_exercise  # pydantic, only for the commands that need it
+
+    return find_exercise(slug)
+
+
+def discover():
+    from grader.exercises import discover as discover_exercises
+
+    return discover_exercises()
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -67,6 +77,9 @@ def grade_cmd(slug, workspace, kind, repeats, device, out, as_json):
     kind = kind or "workspace"
     if kind == "workspace" and workspace is None:
         raise click.UsageError("give --workspace DIR (your edited files), or --solution / --broken")
+    from grader.grade import GradeOptions, grade
+    from grader.submission import SubmissionError
+
     ex = find(slug)
     try:
         res = grade(ex, GradeOptions(kind=kind, workspace=workspace, out_dir=out, repeats=repeats,
@@ -85,6 +98,8 @@ def regrade_cmd(result_json, as_json):
         old = results.read(result_json)
     except ValueError as e:
         raise click.UsageError(str(e))
+    from grader.grade import regrade
+
     res = regrade(result_json, find(old["exercise"]))
     out = Path(result_json)
     out = (out if out.is_dir() else out.parent) / f"regrade-{datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
@@ -100,6 +115,8 @@ def regrade_cmd(result_json, as_json):
 @click.option("--json", "as_json", is_flag=True)
 def verify_cmd(slugs, device, out, as_json):
     """Prove every exercise (or SLUGS) fails as shipped and passes with its reference solution."""
+    from grader.verify import verify
+
     found, errors = discover()
     if slugs:
         found = [find(s) for s in slugs]
@@ -123,6 +140,8 @@ def verify_cmd(slugs, device, out, as_json):
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 def record_cmd(slug, device):
     """Run the broken script of SLUG and keep its logs/ and baseline.json in the exercise folder."""
+    from grader.record import record
+
     ex = find(slug)
     baseline = record(ex, device=device, progress=console.info)
     console.text(f"recorded {slug}: status {baseline['status']}, {baseline['world_size']} ranks on "
@@ -135,6 +154,8 @@ def record_cmd(slug, device):
 def demo_cmd(slug):
     """The kit end to end on one exercise: the broken script graded (failing, with its evidence),
     then the reference fix graded (passing)."""
+    from grader.grade import GradeOptions, grade
+
     ex = find(slug)
     console.text(f"== {ex.manifest.title}: {ex.manifest.symptom}")
     console.text("== 1/2 grading the broken script as shipped")

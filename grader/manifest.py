@@ -10,12 +10,10 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
                       model_validator)
 
+from grader.errors import ManifestError
+
 FORMAT_VERSION = 1
 MANIFEST = "exercise.toml"
-
-
-class ManifestError(Exception):
-    """One line: ``<file>: <field>: <problem>; <fix>``."""
 
 
 class _Strict(BaseModel):

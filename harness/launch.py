@@ -164,8 +164,9 @@ def build_env(cfg: LaunchConfig, run_dir: Path, key: str, device: str) -> dict[s
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(KIT_ROOT), env.get("PYTHONPATH")) if p)
     # torch 2.13 + gloo: restarts fail with "connectFullMesh failed" when the rendezvous store is
-    # shared with the workers (see DESIGN.md).
-    env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    # shared with the workers (see DESIGN.md). Only then: otherwise launch exactly as torchrun does.
+    if cfg.max_restarts > 0:
+        env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     env.setdefault("OMP_NUM_THREADS", "1")
     if device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
