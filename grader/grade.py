@@ -35,6 +35,9 @@ class GradeOptions:
     workspace: Path | None = None
     out_dir: Path | None = None
     repeats: int | None = None  # throughput rounds; the manifest's when None
+    # one measured round, no warm-up, no compute bound: enough to show a script is no faster than
+    # the broken baseline (verify's broken grading), not to score a fix
+    quick_throughput: bool = False
     device: str = "auto"
     throughput: bool = True
 
@@ -186,8 +189,12 @@ def _throughput(ex, sub: Submission, out: Path, opts: GradeOptions, checks, prog
                         script=tcfg.bound if role == "bound" else None)
 
     pass_speedup = 1 + 0.5 * (tcfg.target_speedup - 1)
-    tp = measure(run, opts.repeats or tcfg.rounds, tcfg.warmup_rounds, tcfg.suspicious_factor, pass_speedup,
-                 bound=tcfg.bound is not None)
+    if opts.quick_throughput:
+        tp = measure(run, 1, 0, tcfg.suspicious_factor, pass_speedup, bound=False)
+        tp.note = (tp.note + "; " if tp.note else "") + "one round, no warm-up, no compute bound (quick)"
+    else:
+        tp = measure(run, opts.repeats or tcfg.rounds, tcfg.warmup_rounds, tcfg.suspicious_factor,
+                     pass_speedup, bound=tcfg.bound is not None)
     tp.counted = correct
     if not correct:
         tp.note = (tp.note + "; " if tp.note else "") + "not counted: a required correctness check failed"

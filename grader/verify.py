@@ -68,7 +68,11 @@ def verify(ex: Exercise, out_dir: Path, device: str = "auto", progress=lambda s:
     elif not v.solution["passed"] or any(not c["passed"] for c in v.solution["checks"]):
         v.problems.append("the reference solution does not pass: " + _first_failed(v.solution))
     progress(f"{ex.slug}: grading the broken script")
-    v.broken = grade(ex, GradeOptions(kind="broken", out_dir=out_dir / "broken", device=device), progress)
+    # The broken script must fail its checks; for throughput, one side-by-side round shows it is no
+    # faster than itself (about 1x against a pass bar of 1 + half the target's gain): the full
+    # protocol, warm-up and compute bound included, is for scoring fixes.
+    v.broken = grade(ex, GradeOptions(kind="broken", out_dir=out_dir / "broken", device=device,
+                                      quick_throughput=True), progress)
     failed = {c["name"] for c in v.broken["checks"] if not c["passed"]}
     for name in ex.manifest.broken_fails:
         if name not in failed:

@@ -68,3 +68,21 @@ def test_record_writes_logs_and_a_baseline_from_telemetry(home):
     metrics = (ex.dir / "logs" / "metrics.csv").read_text().splitlines()
     assert metrics[0].startswith("rank,attempt,step,time_s") and len(metrics) == 1 + 2 * 192
     assert static_problems(ex) == []
+
+
+def test_verify_grades_the_reference_in_full_and_the_broken_script_quickly(home, monkeypatch):
+    """The reference's throughput figure is the one fixes are scored against; the broken script
+    only has to be shown no faster than itself."""
+    import grader.verify as verify_mod
+
+    seen = {}
+
+    def fake_grade(ex, opts, progress):
+        seen[opts.kind] = opts.quick_throughput
+        failed = opts.kind == "broken"
+        return {"environment_failure": False, "passed": not failed, "score": 0.0 if failed else 1.0,
+                "checks": [{"name": n, "passed": not failed, "message": "m"} for n in ex.manifest.broken_fails]}
+
+    monkeypatch.setattr(verify_mod, "grade", fake_grade)
+    v = verify_mod.verify(find("memory-leak"), home / "out")
+    assert seen == {"solution": False, "broken": True} and v.ok, v.problems
