@@ -71,6 +71,11 @@ class RunEvidence:
         return saves.file_ops({r: rundir.read_records(rundir.rank_dir(self.run_dir, r) / rundir.SAVES,
                                                       self.key).valid for r in self.ranks}, kinds=("load",))
 
+    @cached_property
+    def file_history(self) -> dict[str, saves.FileState]:
+        """Per destination path, what the trace shows was on disk when (one replay, shared by checks)."""
+        return saves.file_history(self.file_ops)
+
     def samples(self, rank: int, dataset: str, attempt: int | None = None) -> list[int]:
         return [r["i"] for r in self.ledgers.get(rank, [])
                 if r.get("ds") == dataset and (attempt is None or r.get("a") == attempt)]

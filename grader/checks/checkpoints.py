@@ -33,7 +33,7 @@ from grader.checks.base import CheckResult, Context, need
 from grader.checks.params import strip_wrappers
 from grader.checks.samples import resume_point
 from grader.evidence import RunEvidence
-from harness.saves import FileOp, file_history
+from harness.saves import FileOp
 
 RESTARTS = {"resume": "killed mid-run", "resume_save": "killed during a checkpoint write"}
 
@@ -173,7 +173,7 @@ def _writers(role: str, ev: RunEvidence, problems: Problems) -> dict[str, list[i
     work = _work(ev)
     shared: dict[str, list[int]] = {}
     first_seen = None
-    for path, st in sorted(file_history(ev.file_ops).items()):
+    for path, st in sorted(ev.file_history.items()):
         if len(st.writers) < 2:
             continue
         rel = _rel(path, work)
@@ -252,7 +252,7 @@ def _restart(role: str, ev: RunEvidence, read: set[str], problems: Problems) -> 
     work = _work(ev)
     ckpts = checkpoint_files(ev, read)
     newest: tuple[int, str] | None = None
-    for path, st in file_history(ev.file_ops).items():
+    for path, st in ev.file_history.items():
         if _rel(path, work) not in ckpts:
             continue
         for t, made in st.versions:

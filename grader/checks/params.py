@@ -7,7 +7,6 @@ from typing import Any
 
 from grader.checks.base import CheckResult, Context, need, need_trained
 from grader.evidence import RunEvidence, harness_failed
-from harness.saves import file_history
 
 WRAPPER_PREFIXES = ("module.", "_orig_mod.")
 
@@ -204,7 +203,7 @@ def checkpoint_valid(spec, ctx: Context) -> CheckResult:
 
 def _writers(ev: RunEvidence, path: Path) -> list[int]:
     """Ranks that wrote ``path`` (directly, or by renaming or copying a file into it)."""
-    state = file_history(ev.file_ops).get(str(path.resolve()))
+    state = ev.file_history.get(str(path.resolve()))
     return sorted(state.writers) if state else []
 
 
