@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
+
+from harness.paths import display_path
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -76,19 +78,10 @@ def live_progress(enabled: bool) -> Iterator[Any]:
         yield lambda snap: live.update(_progress_table(snap))
 
 
-def _short_path(site: str | None) -> str:
-    if not site:
-        return "-"
-    try:
-        return str(Path(site).relative_to(Path.cwd()))
-    except ValueError:
-        return "/".join(Path(site).parts[-2:])
-
-
 def run_summary(res) -> None:
     colour = {"ok": "green", "failed": "red", "hung": "red", "timeout": "red"}.get(res.status, "yellow")
     rows = [[r["rank"], r["exit_code"], r["steps"], f"{r['steps_per_s']:.1f}",
-             f"{r['peak_rss_mb']:.0f}", _short_path(r["last_location"])] for r in res.ranks]
+             f"{r['peak_rss_mb']:.0f}", display_path(r["last_location"], keep=2) or "-"] for r in res.ranks]
     table(None, ["rank", "exit", "steps", "steps/s", "peak RSS MB", "last collective site"], rows)
     out.print(f"status: [bold {colour}]{res.status}[/]  world size {res.world_size}  device {res.device}  "
               f"wall {res.wall_s:.1f} s", markup=True)
@@ -102,15 +95,22 @@ def run_summary(res) -> None:
         text(res.failure.get("error") or "(no output)")
 
 
+def grade_result(res, as_json: bool = False) -> None:
+    """A ``GradeResult``: its JSON form on stdout with ``--json``, else the summary tables."""
+    if as_json:
+        emit_json(res.to_json())
+    else:
+        grade_summary(res)
+
+
 def grade_summary(res) -> None:
     rows = []
-    for c in res["checks"]:
-        mark = "pass" if c["passed"] else ("ENV" if c.get("environment") else "FAIL")
-        kind = "required" if c.get("required", True) else "credit"
-        rows.append([c["name"], mark, kind, c["message"]])
-    table(f"{res['exercise']} ({res['submission']['kind']})", ["check", "verdict", "kind", "evidence"], rows)
-    issues_summary(res.get("issues") or [])
-    tp = res.get("throughput")
+    for c in res.checks:
+        mark = "pass" if c.passed else ("ENV" if c.environment else "FAIL")
+        rows.append([c.name, mark, "required" if c.required else "credit", c.message])
+    table(f"{res.exercise} ({res.submission.kind})", ["check", "verdict", "kind", "evidence"], rows)
+    issues_summary(res.issues)
+    tp = res.throughput
     if tp:
         text(f"throughput: {tp['speedup']:.2f}x broken (spread {tp['spread']:.0%}), reference "
              f"{tp['reference_speedup']:.2f}x, normalised {tp['normalized']:.2f}"
@@ -118,32 +118,33 @@ def grade_summary(res) -> None:
         if tp.get("fraction_of_bound") is not None:
             text(f"compute bound: submission at {tp['fraction_of_bound']:.0%} of its steps/s, reference at "
                  f"{tp['reference_fraction_of_bound']:.0%} (median of per-round ratios; reported, not graded)")
-    if res["environment_failure"]:
+    if res.environment_failure:
         verdict, colour = "ENVIRONMENT FAILURE (not the submission's fault)", "yellow"
     else:
-        verdict, colour = ("PASSED", "green") if res["passed"] else ("FAILED", "red")
-    out.print(f"[bold {colour}]{verdict}[/]  score {res['score']:.2f}  "
-              f"({res['timings'].get('total', 0):.0f} s)", markup=True)
-    text(f"result: {res['out_dir']}/result.json")
+        verdict, colour = ("PASSED", "green") if res.passed else ("FAILED", "red")
+    out.print(f"[bold {colour}]{verdict}[/]  score {res.score:.2f}  "
+              f"({res.timings.get('total', 0):.0f} s)", markup=True)
+    text(f"result: {res.result_path}")
 
 
 def issues_summary(issues) -> None:
     """Per-issue verdicts of an exercise with several planted issues (partial credit)."""
     if not issues:
         return
-    rows = [[i["name"], "fixed" if i["fixed"] else "NOT FIXED", i["title"], ", ".join(i["failed"]) or "-"]
-            for i in issues]
+    rows = [[i.name, "fixed" if i.fixed else "NOT FIXED", i.title, ", ".join(i.failed) or "-"] for i in issues]
     table("issues (each scored on its own)", ["issue", "verdict", "symptom", "failing checks"], rows)
-    text(f"{sum(i['fixed'] for i in issues)} of {len(issues)} issues fixed")
+    text(f"{sum(i.fixed for i in issues)} of {len(issues)} issues fixed")
 
 
 def verify_line(v) -> None:
-    colour = "green" if v["ok"] else "red"
-    out.print(f"[bold {colour}]{'ok' if v['ok'] else 'PROBLEM'}[/] {v['slug']}: broken fails "
-              f"{', '.join(v['broken_failed']) or 'nothing'}; solution score {v['solution_score']}", markup=True)
-    if v.get("issues"):
-        text(f"    issues fixed: broken {v['issues']['broken']}, solution {v['issues']['solution']}")
-    for p in v["problems"]:
+    """One exercise's self-check (a ``grader.verify.Verification``)."""
+    j = v.to_json()
+    colour = "green" if v.ok else "red"
+    out.print(f"[bold {colour}]{'ok' if v.ok else 'PROBLEM'}[/] {v.slug}: broken fails "
+              f"{', '.join(j['broken_failed']) or 'nothing'}; solution score {j['solution_score']}", markup=True)
+    if j.get("issues"):
+        text(f"    issues fixed: broken {j['issues']['broken']}, solution {j['issues']['solution']}")
+    for p in v.problems:
         text(f"    - {p}")
 
 

@@ -1,6 +1,7 @@
-"""Grading, phase by phase: assemble the submission, run what the manifest asks (each run a run
-dir), judge the run dirs with the checks, score, and write result.json. Re-grading reads the run
-dirs named in a result.json and never launches anything."""
+"""Grading is run, then judge: assemble the submission, launch the runs the checks declare (each
+run a run dir), let checks with runs of their own measure (throughput), then judge the run dirs
+(``grader.judge``) and write result.json once. Re-grading reads the run dirs named in a
+result.json and judges them again; it never launches anything."""
 
 from __future__ import annotations
 
@@ -11,19 +12,22 @@ import platform
 import shutil
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from grader import result as results
-from grader.checks import CheckResult, Context, run_check
+from grader.checks import REGISTRY
+from grader.checks.throughput import Measuring
 from grader.evidence import EnvironmentFailure, RunEvidence, harness_failed, load_run
 from grader.exercises import Exercise, kit_root
+from grader.judge import judge
 from grader.manifest import Manifest
-from grader.scoring import score
+from grader.result import GradeResult, SubmissionInfo
+from grader.roles import Plan, Role, RunRequest
 from grader.submission import Submission, assemble, files_digest
-from grader.throughput import ThroughputResult, job_rate, measure
+from grader.throughput import job_rate
 from harness.launch import Fault, LaunchConfig, launch
 
 Progress = Callable[[str], None]
@@ -39,37 +43,19 @@ class GradeOptions:
     # the broken baseline (verify's broken grading), not to score a fix
     quick_throughput: bool = False
     device: str = "auto"
-    throughput: bool = True
 
 
-def plan_roles(m: Manifest) -> dict[str, dict[str, Any]]:
-    """The runs a grading needs, by role, with their launch settings."""
-    roles: dict[str, dict[str, Any]] = {"main": {"nproc": m.world_size}}
-    if m.check("checkpoint_fresh"):  # which step a checkpoint holds is told by parameter fingerprints
-        roles["main"]["env"] = {"TRAINWRECK_FINGERPRINT": "1"}
-    wse = m.check("world_size_equivalence")
-    if wse:
-        for n in wse.world_sizes:
-            if n != m.world_size:
-                roles[f"ws{n}"] = {"nproc": n}
-    sp = m.check("sample_partition")
-    if sp and sp.resume:
-        roles["resume"] = {"nproc": m.world_size, "max_restarts": 1,
-                           "faults": [Fault(rank=sp.kill_rank, step=sp.kill_step)],
-                           "env": {"TRAINWRECK_FINGERPRINT": "1"}}
-    cs = m.check("checkpoints_sound")
-    if cs:
-        # A kill between checkpoints (shared with sample_partition's when both ask for one), and a
-        # kill half-way through a checkpoint write, on whichever ranks write checkpoints.
-        roles.setdefault("resume", {"nproc": m.world_size, "max_restarts": 1,
-                                    "faults": [Fault(rank=cs.kill_rank, step=cs.kill_step)],
-                                    "env": {"TRAINWRECK_FINGERPRINT": "1"}})
-        if cs.save_kill_step:
-            roles["resume_save"] = {"nproc": m.world_size, "max_restarts": 1,
-                                    "faults": [Fault(rank=r, step=cs.save_kill_step, when="save")
-                                               for r in range(m.world_size)],
-                                    "env": {"TRAINWRECK_FINGERPRINT": "1"}}
-    return roles
+def plan(m: Manifest) -> Plan:
+    """The runs a grading needs: the submission as the manifest runs it, then what each check
+    declares, and the reference run when a check compares against it."""
+    p = Plan()
+    p.add(RunRequest(Role.MAIN, m.world_size))
+    for spec in m.checks:
+        check = REGISTRY[spec.name]
+        for req in check.runs(spec, m):
+            p.add(req)
+        p.reference = p.reference or check.needs_reference(spec)
+    return p
 
 
 def run_role(ex: Exercise, script_dir: Path, run_dir: Path, role: str, device: str, nproc: int,
@@ -127,7 +113,8 @@ def reference_run(ex: Exercise, device: str, nproc: int, progress: Progress) -> 
     return load_run("reference", cache)
 
 
-def grade(ex: Exercise, opts: GradeOptions, progress: Progress = lambda s: None) -> dict[str, Any]:
+def grade(ex: Exercise, opts: GradeOptions, progress: Progress = lambda s: None) -> GradeResult:
+    """Assemble the submission, run the plan, measure, judge, write result.json."""
     m = ex.manifest
     t0 = time.time()
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
@@ -137,81 +124,57 @@ def grade(ex: Exercise, opts: GradeOptions, progress: Progress = lambda s: None)
     runs: dict[str, RunEvidence] = {}
     timings: dict[str, float] = {}
     env_failure: str | None = None
+    todo = plan(m)
     try:
-        for role, settings in plan_roles(m).items():
-            progress(f"running {role} (world size {settings['nproc']}"
-                     f"{', killed and restarted' if settings.get('faults') else ''})")
+        for name, req in todo.runs.items():
+            progress(f"running {name} (world size {req.nproc}{', killed and restarted' if req.faults else ''})")
             t = time.time()
-            runs[role] = run_role(ex, sub.dir, out / "runs" / role, role, opts.device, **settings)
-            timings[role] = round(time.time() - t, 2)
-        ckpt = m.check("checkpoint_valid")
-        tail = m.check("step_time_tail")
-        if (m.check("matches_reference") or (ckpt and ckpt.reference_keys) or m.check("checkpoint_fresh")
-                or (tail and tail.max_median_over_reference) or (m.throughput and opts.throughput)):
+            runs[name] = run_role(ex, sub.dir, out / "runs" / name, name, opts.device, **req.launch_settings())
+            timings[name] = round(time.time() - t, 2)
+        if todo.reference:
             t = time.time()
-            runs["reference"] = reference_run(ex, opts.device, m.world_size, progress)
-            timings["reference"] = round(time.time() - t, 2)
+            runs[Role.REFERENCE] = reference_run(ex, opts.device, m.world_size, progress)
+            timings[Role.REFERENCE] = round(time.time() - t, 2)
     except EnvironmentFailure as e:
         env_failure = str(e)
-    checks = [run_check(spec, Context(m, runs, sub.protected_changed)) for spec in m.checks]
-    tp = None
-    if m.throughput and opts.throughput and env_failure is None:
-        t = time.time()
-        tp = _throughput(ex, sub, out, opts, checks, progress)
-        timings["throughput"] = round(time.time() - t, 2)
-        checks.append(_throughput_check(tp, m))
-    if env_failure:
-        checks.append(CheckResult("environment", False, env_failure, environment=True))
-    s = score(checks, tp, m.throughput.weight if m.throughput else 0.0, issues=m.issues)
+    measurements: dict[str, Any] = {}
+    if env_failure is None:
+        for spec in m.checks:
+            check = REGISTRY[spec.name]
+            if check.measure is not None:
+                t = time.time()
+                measurements[spec.name] = check.measure(spec, _measuring(ex, sub, out, opts, progress))
+                timings[spec.name] = round(time.time() - t, 2)
+    verdict = judge(m, runs, sub.protected_changed, measurements, env_failure)
     timings["total"] = round(time.time() - t0, 2)
-    res = results.build(
-        exercise=m.slug, submission=sub, checks=checks, throughput=tp, score=s,
-        environment=environment(runs.get("main"), opts.device), timings=timings,
-        run_dirs={role: str(ev.run_dir) for role, ev in runs.items()}, out_dir=out,
-    )
-    results.write(out / "result.json", res)
+    res = GradeResult(
+        exercise=m.slug, graded_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        submission=SubmissionInfo(kind=sub.kind, source=str(sub.source), sha256=sub.sha256,
+                                  protected_changed=sub.protected_changed),
+        passed=False, score=0.0, measurements=measurements,
+        environment=environment(runs.get(Role.MAIN), opts.device), timings=timings,
+        run_dirs={name: str(ev.run_dir) for name, ev in runs.items()}, out_dir=str(out),
+    ).with_verdict(verdict.checks, verdict.score)
+    res.write()
     return res
 
 
-def _throughput(ex, sub: Submission, out: Path, opts: GradeOptions, checks, progress) -> ThroughputResult:
+def _measuring(ex: Exercise, sub: Submission, out: Path, opts: GradeOptions, progress: Progress) -> Measuring:
+    """Launchers for the throughput roles: the broken script and the reference assembled by the
+    kit, the candidate's submission, and the compute bound run from the kit's own copy of the
+    exercise (its model and batches are the kit's, whatever the submission's files say)."""
     m = ex.manifest
-    tcfg = m.throughput
-    correct = all(c.passed for c in checks if c.required)
     broken = assemble(ex, "broken", None, out / "throughput-broken")
     reference = assemble(ex, "solution", None, out / "throughput-reference")
-    # The bound runs from the kit's own copy of the exercise (the broken assembly): its model and
-    # batches are the kit's, whatever the submission's files say.
     dirs = {"broken": broken.dir, "candidate": sub.dir, "reference": reference.dir, "bound": broken.dir}
+    bound = m.throughput.bound if m.throughput else None
 
     def run(role: str, tag: str) -> RunEvidence:
         progress(f"throughput {tag}: {role}")
         return run_role(ex, dirs[role], out / "runs" / f"tp-{tag}-{role}", role, opts.device, m.world_size,
-                        script=tcfg.bound if role == "bound" else None)
+                        script=bound if role == "bound" else None)
 
-    pass_speedup = 1 + 0.5 * (tcfg.target_speedup - 1)
-    if opts.quick_throughput:
-        tp = measure(run, 1, 0, tcfg.suspicious_factor, pass_speedup, bound=False)
-        tp.note = (tp.note + "; " if tp.note else "") + "one round, no warm-up, no compute bound (quick)"
-    else:
-        tp = measure(run, opts.repeats or tcfg.rounds, tcfg.warmup_rounds, tcfg.suspicious_factor,
-                     pass_speedup, bound=tcfg.bound is not None)
-    tp.counted = correct
-    if not correct:
-        tp.note = (tp.note + "; " if tp.note else "") + "not counted: a required correctness check failed"
-    return tp
-
-
-def _throughput_check(tp: ThroughputResult, m: Manifest) -> CheckResult:
-    msg = (f"{tp.speedup:.2f}x the broken baseline's steps/s (median of {len(tp.rounds)} rounds, spread "
-           f"{tp.spread:.0%}); the reference reaches {tp.reference_speedup:.2f}x; pass at "
-           f"{tp.pass_speedup:.2f}x")
-    if tp.fraction_of_bound is not None:
-        msg += (f"; {tp.fraction_of_bound:.0%} of the compute bound's steps/s (reference "
-                f"{tp.reference_fraction_of_bound:.0%}; reported, not graded)")
-    if tp.note:
-        msg += f" ({tp.note})"
-    return CheckResult("throughput", tp.passed and tp.counted, msg, tp.to_json(), required=m.throughput.required,
-                       weight=m.throughput.weight)
+    return Measuring(run=run, repeats=opts.repeats, quick=opts.quick_throughput)
 
 
 def environment(main: RunEvidence | None, device: str) -> dict[str, Any]:
@@ -228,22 +191,20 @@ def environment(main: RunEvidence | None, device: str) -> dict[str, Any]:
     }
 
 
-def regrade(result_path: Path, ex: Exercise) -> dict[str, Any]:
+def regrade(old: GradeResult, ex: Exercise) -> GradeResult:
     """Judge the stored run dirs of an earlier grading again, with the current checks."""
-    old = results.read(result_path)
-    runs = {role: load_run(role, Path(d)) for role, d in old["run_dirs"].items()}
-    protected = old["submission"].get("protected_changed", [])
-    checks = [run_check(spec, Context(ex.manifest, runs, protected)) for spec in ex.manifest.checks]
-    tp = None
-    if old.get("throughput"):
-        tp = ThroughputResult(**{k: v for k, v in old["throughput"].items()})
-        checks.append(_throughput_check(tp, ex.manifest))
-    s = score(checks, tp, ex.manifest.throughput.weight if ex.manifest.throughput else 0.0,
-              issues=ex.manifest.issues)
-    res = dict(old)
-    res.update(results.verdict(checks, tp, s))
-    res["regraded_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    return res
+    runs = {name: load_run(name, Path(d)) for name, d in old.run_dirs.items()}
+    measurements = dict(old.measurements)
+    if "throughput" not in measurements and old.throughput and old.throughput.get("rounds"):
+        # a result from before measurements were kept apart: its rounds are in the throughput figures
+        rounds = old.throughput["rounds"]
+        measurements["throughput"] = {"rounds": rounds, "bound": any("bound" in r for r in rounds),
+                                      "quick": "(quick)" in (old.throughput.get("note") or "")}
+    env = next((c.message for c in old.checks if c.name == "environment"), None)
+    verdict = judge(ex.manifest, runs, old.submission.protected_changed, measurements, env)
+    res = old.model_copy(update={"measurements": measurements,
+                                 "regraded_at": datetime.now(UTC).isoformat(timespec="seconds")})
+    return res.with_verdict(verdict.checks, verdict.score)
 
 
-__all__ = ["GradeOptions", "grade", "regrade", "plan_roles", "job_rate"]
+__all__ = ["GradeOptions", "grade", "regrade", "plan", "job_rate"]

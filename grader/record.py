@@ -10,14 +10,14 @@ import os
 import platform
 import shutil
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from grader.checks.memory import slope
-from grader.evidence import load_run
+from grader.checks.memory_flat import slope
 from grader.exercises import Exercise
-from grader.grade import plan_roles, run_role
+from grader.grade import plan, run_role
+from grader.roles import Role, RunRequest
 from harness import rundir
 from harness.observe import median_step_s
 
@@ -36,10 +36,10 @@ def record(ex: Exercise, device: str = "auto", progress=lambda s: None) -> dict[
     with tempfile.TemporaryDirectory(prefix=f"trainwreck-record-{m.slug}-") as tmp:
         run_dir = Path(tmp) / "run"
         # Where grading kills and restarts the job, so does the recording: the restart is the symptom.
-        settings = plan_roles(m).get("resume", {"nproc": m.world_size})
+        req = plan(m).runs.get(Role.RESUME) or RunRequest(Role.MAIN, m.world_size)
         progress(f"running the broken {m.slug} at world size {m.world_size}"
-                 + (" (killed and restarted once)" if "faults" in settings else ""))
-        ev = run_role(ex, ex.dir, run_dir, "broken", device, **settings)
+                 + (" (killed and restarted once)" if req.faults else ""))
+        ev = run_role(ex, ex.dir, run_dir, "broken", device, **req.launch_settings())
         baseline = _baseline(ex, ev)
         staged = ex.dir / f".{LOGS}.new"
         shutil.rmtree(staged, ignore_errors=True)
@@ -107,7 +107,7 @@ def _baseline(ex: Exercise, ev) -> dict[str, Any]:
         "exercise": m.slug,
         "script": m.entry,
         "script_sha256": script_sha256(ex),
-        "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "recorded_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": f"trainwreck record {m.slug}",
         "status": ev.status,
         "restarts": max((o.attempts for o in ev.ranks.values()), default=1) - 1,

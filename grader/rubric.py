@@ -11,14 +11,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from grader.errors import RubricError
 from grader.exercises import kit_root
 from grader.manifest import describe_validation_error
 
 FORMAT_VERSION = 1
-
-
-class RubricError(Exception):
-    """One line: ``<file>: <field>: <problem>; <fix>``."""
 
 
 class Dimension(BaseModel):
@@ -41,7 +38,7 @@ class Rubric(BaseModel):
     dimensions: list[Dimension] = Field(min_length=1)
 
     @model_validator(mode="after")
-    def _consistent(self) -> "Rubric":
+    def _consistent(self) -> Rubric:
         if self.format_version != FORMAT_VERSION:
             raise ValueError(f"format_version {self.format_version} is not {FORMAT_VERSION}")
         if self.levels != sorted(set(self.levels)):

@@ -12,14 +12,11 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.errors import SubmissionError
 from grader.exercises import Exercise
 
 # Recorded artifacts of the exercise: not inputs of a run.
 NOT_COPIED = {"logs", "baseline.json", "__pycache__"}
-
-
-class SubmissionError(Exception):
-    """The workspace cannot be graded as given (one line, exit 2)."""
 
 
 @dataclass

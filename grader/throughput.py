@@ -1,4 +1,4 @@
-"""Throughput measured fairly (DESIGN.md): the broken baseline, the candidate and the reference run
+"""Throughput measured fairly (docs/design.md): the broken baseline, the candidate and the reference run
 interleaved in rounds (B C R, B C R, ...) after warm-up rounds, on the same machine in the same
 grading run. The figure is the median of per-round ratios, with its spread; absolute steps/s are
 reported but never graded. Normalised as in RE-Bench: 0 = broken, 1 = reference, floored at 0.
@@ -11,8 +11,9 @@ limit, not only how far from the start. The fraction is reported, never graded."
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from grader.evidence import RunEvidence
 
@@ -58,8 +59,9 @@ def median_fraction(per_round: list[dict[str, float]], role: str) -> float | Non
 
 
 def measure(run: Callable[[str, str], RunEvidence], rounds: int, warmup_rounds: int,
-            suspicious_factor: float, pass_speedup: float, bound: bool = False) -> ThroughputResult:
-    """``run(role, tag)`` launches one role and returns its evidence. With ``bound``, each measured
+            bound: bool = False) -> list[dict[str, float]]:
+    """Launch the roles interleaved and return each measured round's steps/s per role.
+    ``run(role, tag)`` launches one role and returns its evidence. With ``bound``, each measured
     round also runs the compute bound (not the warm-up rounds: it has no pipeline to warm)."""
     for w in range(warmup_rounds):
         for role in ROLES:
@@ -74,6 +76,13 @@ def measure(run: Callable[[str, str], RunEvidence], rounds: int, warmup_rounds: 
             ok = role != BOUND or getattr(ev, "status", "ok") == "ok"
             rates[role] = job_rate(ev) if ok else 0.0
         per_round.append(rates)
+    return per_round
+
+
+def summarize(per_round: list[dict[str, float]], suspicious_factor: float, pass_speedup: float,
+              bound: bool = False) -> ThroughputResult:
+    """The figures of measured rounds: medians of per-round ratios, spread, RE-Bench normalisation,
+    the suspicious flag, and the fractions of the compute bound."""
     cand = [r["candidate"] / r["broken"] for r in per_round if r["broken"] > 0]
     ref = [r["reference"] / r["broken"] for r in per_round if r["broken"] > 0]
     if not cand or not ref:

@@ -12,26 +12,36 @@ from typing import Any
 from grader.exercises import Exercise
 from grader.grade import GradeOptions, grade
 from grader.record import BASELINE, LOGS, load_baseline, script_sha256
+from grader.result import GradeResult
 
 
 @dataclass
 class Verification:
     slug: str
     problems: list[str] = field(default_factory=list)
-    broken: dict[str, Any] | None = None
-    solution: dict[str, Any] | None = None
+    broken: GradeResult | None = None
+    solution: GradeResult | None = None
+
+    @classmethod
+    def unloadable(cls, error: str) -> Verification:
+        """An exercise whose manifest does not load (``error`` is the loader's one line)."""
+        return cls(slug=Path(error.split(":")[0]).parent.name or error.split(":")[0], problems=[error])
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
+    @property
+    def broken_failed(self) -> list[str]:
+        return [c.name for c in (self.broken.checks if self.broken else []) if not c.passed]
+
     def to_json(self) -> dict[str, Any]:
         return {"slug": self.slug, "ok": self.ok, "problems": self.problems,
-                "broken_failed": [c["name"] for c in (self.broken or {}).get("checks", []) if not c["passed"]],
-                "solution_score": (self.solution or {}).get("score"),
+                "broken_failed": self.broken_failed,
+                "solution_score": self.solution.score if self.solution else None,
                 **({"issues": {role: _fixed_count(res) for role, res in
                                (("broken", self.broken), ("solution", self.solution))}}
-                   if (self.solution or {}).get("issues") else {})}
+                   if self.solution and self.solution.issues else {})}
 
 
 def static_problems(ex: Exercise) -> list[str]:
@@ -62,10 +72,10 @@ def verify(ex: Exercise, out_dir: Path, device: str = "auto", progress=lambda s:
     # The solution first: its run is the reference the broken grading compares with.
     progress(f"{ex.slug}: grading the reference solution")
     v.solution = grade(ex, GradeOptions(kind="solution", out_dir=out_dir / "solution", device=device), progress)
-    if v.solution["environment_failure"]:
+    if v.solution.environment_failure:
         v.problems.append("grading the solution hit an environment failure: "
                           + _first_failed(v.solution))
-    elif not v.solution["passed"] or any(not c["passed"] for c in v.solution["checks"]):
+    elif not v.solution.passed or any(not c.passed for c in v.solution.checks):
         v.problems.append("the reference solution does not pass: " + _first_failed(v.solution))
     progress(f"{ex.slug}: grading the broken script")
     # The broken script must fail its checks; for throughput, one side-by-side round shows it is no
@@ -73,39 +83,39 @@ def verify(ex: Exercise, out_dir: Path, device: str = "auto", progress=lambda s:
     # protocol, warm-up and compute bound included, is for scoring fixes.
     v.broken = grade(ex, GradeOptions(kind="broken", out_dir=out_dir / "broken", device=device,
                                       quick_throughput=True), progress)
-    failed = {c["name"] for c in v.broken["checks"] if not c["passed"]}
+    failed = set(v.broken_failed)
     for name in ex.manifest.broken_fails:
         if name not in failed:
-            msg = next((c["message"] for c in v.broken["checks"] if c["name"] == name), "not run")
+            msg = next((c.message for c in v.broken.checks if c.name == name), "not run")
             v.problems.append(f"the broken script passes {name}, which it must fail ({msg})")
-    if v.broken["passed"]:
+    if v.broken.passed:
         v.problems.append("the broken script passes grading")
     v.problems += issue_problems(v.broken, v.solution)
-    if v.broken["environment_failure"]:
+    if v.broken.environment_failure:
         v.problems.append("grading the broken script hit an environment failure: " + _first_failed(v.broken))
     return v
 
 
-def issue_problems(broken: dict[str, Any], solution: dict[str, Any]) -> list[str]:
+def issue_problems(broken: GradeResult, solution: GradeResult) -> list[str]:
     """Where the manifest groups checks into issues: the broken script must leave every issue
     unfixed (each fails one of its checks) and the reference must fix every one."""
     problems = []
-    for i in broken.get("issues", []):
-        if i["fixed"]:
-            problems.append(f"the broken script already fixes issue {i['name']!r}: all its checks pass "
-                            f"({', '.join(i['checks'])})")
-    for i in solution.get("issues", []):
-        if not i["fixed"]:
-            problems.append(f"the reference solution does not fix issue {i['name']!r}: it fails "
-                            f"{', '.join(i['failed'])}")
+    for i in broken.issues:
+        if i.fixed:
+            problems.append(f"the broken script already fixes issue {i.name!r}: all its checks pass "
+                            f"({', '.join(i.checks)})")
+    for i in solution.issues:
+        if not i.fixed:
+            problems.append(f"the reference solution does not fix issue {i.name!r}: it fails "
+                            f"{', '.join(i.failed)}")
     return problems
 
 
-def _fixed_count(res: dict[str, Any] | None) -> str:
-    issues = (res or {}).get("issues", [])
-    return f"{sum(i['fixed'] for i in issues)} of {len(issues)}"
+def _fixed_count(res: GradeResult | None) -> str:
+    issues = res.issues if res else []
+    return f"{sum(i.fixed for i in issues)} of {len(issues)}"
 
 
-def _first_failed(res: dict[str, Any]) -> str:
-    c = next((c for c in res["checks"] if not c["passed"]), None)
-    return f"{c['name']}: {c['message']}" if c else "no check failed"
+def _first_failed(res: GradeResult) -> str:
+    c = next((c for c in res.checks if not c.passed), None)
+    return f"{c.name}: {c.message}" if c else "no check failed"

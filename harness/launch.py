@@ -16,16 +16,18 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import psutil
 
-from harness import rundir
-from harness.monitor import Monitor, Snapshot
+from harness import defaults, rundir
+from harness.errors import LaunchError
 from harness.failure import find_failure, launcher_exit_codes
+from harness.monitor import Monitor, Snapshot
 from harness.observe import observe_rank
 from harness.phases import PROFILE_ENV, SCHEDULE
 from harness.proctree import ProcessTree
@@ -36,10 +38,6 @@ STATUSES = ("ok", "failed", "hung", "timeout", "interrupted")
 # How often to look for new descendants. Each look scans the process table on cores the ranks are
 # using; anything missed between looks is still found at the end (the tree's env marker).
 TREE_REFRESH_S = 1.0
-
-
-class LaunchError(Exception):
-    """A configuration or environment problem found before anything ran (exit code 2)."""
 
 
 @dataclass
@@ -57,14 +55,14 @@ class Fault:
 class LaunchConfig:
     script: Path
     script_args: list[str] = field(default_factory=list)
-    nproc: int = 2
+    nproc: int = defaults.NPROC
     nnodes: int = 1
     rdzv_endpoint: str | None = None  # host:port of the c10d rendezvous; standalone when None
     rdzv_id: str = "trainwreck"
     max_restarts: int = 0
     device: str = "auto"  # auto | cpu | cuda
-    hang_timeout: float = 15.0  # no progress on any rank for this long, after the first step
-    startup_timeout: float = 120.0  # allowance before the first step of each attempt
+    hang_timeout: float = defaults.HANG_TIMEOUT_S  # no progress on any rank for this long, after the first step
+    startup_timeout: float = defaults.STARTUP_TIMEOUT_S  # allowance before the first step of each attempt
     timeout: float | None = None  # wall-clock limit for the whole launch
     pg_timeout: float = 60.0  # process-group timeout where the script sets none
     run_dir: Path | None = None
@@ -191,7 +189,7 @@ def launch(
         Path(cfg.cwd).mkdir(parents=True, exist_ok=True)
     key = rundir.new_key()
     started = time.time()
-    started_iso = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started_iso = datetime.now(UTC).isoformat(timespec="seconds")
     cmd = build_command(cfg)
     monitor = Monitor(run_dir, startup_timeout=cfg.startup_timeout, hang_timeout=cfg.hang_timeout, tee=tee)
     status, hang, exit_code = "failed", None, None

@@ -23,14 +23,16 @@ Not traced: writes that bypass these three functions (``open().write`` of raw by
 
 from __future__ import annotations
 
+import bisect
 import functools
 import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from harness import rundir
 
@@ -218,13 +220,23 @@ class FileOp:
 
 @dataclass
 class FileState:
-    """What one destination path held over time: (time it became complete, the write that put it
-    there), and the times a write into it began without finishing first."""
+    """What one destination path held over time.
+
+    ``timeline``: (time, the write whose bytes the path holds), or (time, None) while a write into
+    it runs, after a write into it failed or died, and after it was renamed away (deletions are not
+    traced: a removed file still counts as held). ``versions``: (time it became complete, the write
+    that put it there). ``torn``: writes into this very path that never ended."""
 
     path: str
     versions: list[tuple[float, FileOp]] = field(default_factory=list)
     writers: set[int] = field(default_factory=set)  # ranks that wrote this path
-    torn: list[FileOp] = field(default_factory=list)  # writes to this very path that never ended
+    torn: list[FileOp] = field(default_factory=list)
+    timeline: list[tuple[float, FileOp | None]] = field(default_factory=list)
+
+    def held_at(self, t: float) -> FileOp | None:
+        """The write whose bytes the path held at time ``t`` (None: nothing complete)."""
+        i = bisect.bisect_right([x for x, _ in self.timeline], t)
+        return self.timeline[i - 1][1] if i else None
 
 
 WRITES = ("save", "rename", "copy")
@@ -258,34 +270,52 @@ def file_ops(records_by_rank: dict[int, list[dict[str, Any]]],
 
 
 def file_history(ops: list[FileOp]) -> dict[str, FileState]:
-    """Per destination path, when each complete version appeared. A rename publishes what its
-    source held (the step of the write that made the source); a write straight into the path
-    leaves it torn for as long as the write runs, and forever if the writer died mid-write."""
+    """One replay of the trace, per destination path, in time order (a write's begin, then its end).
+
+    A write straight into a path leaves it holding nothing complete while the write runs, and for
+    good if the writer died mid-write. A completed save puts its own bytes there; a completed copy
+    puts what its source held (a copy of a file the trace never saw written holds the copy's own
+    bytes, of unknown content); a completed rename moves what its source held and leaves the source
+    empty."""
+    events: list[tuple[float, int, bool, FileOp]] = []
+    for op in ops:
+        if op.path is None or op.op not in WRITES:
+            continue
+        if op.op in ("save", "copy"):
+            events.append((op.t_begin, op.seq, False, op))
+        if op.t_end is not None:
+            events.append((op.t_end, op.seq, True, op))
     states: dict[str, FileState] = {}
-    latest: dict[str, FileOp] = {}  # path -> the write whose bytes it holds now
+    now: dict[str, FileOp | None] = {}  # path -> the write whose bytes it holds now (None: nothing)
 
     def state(p: str) -> FileState:
         return states.setdefault(p, FileState(p))
 
-    for op in sorted(ops, key=lambda o: (o.t_end if o.t_end is not None else float("inf"), o.seq)):
-        if op.path is None or op.op not in WRITES:
-            continue
-        if not op.completed:
+    def put(path: str, t: float, held: FileOp | None) -> None:
+        now[path] = held
+        state(path).timeline.append((t, held))
+        if held is not None:
+            state(path).versions.append((t, held))
+
+    for t, _, is_end, op in sorted(events, key=lambda e: (e[0], e[1], e[2])):
+        if not is_end:
+            put(op.path, t, None)
+            state(op.path).writers.add(op.rank)
+            if op.t_end is None:  # the writer died mid-write
+                state(op.path).torn.append(op)
+        elif not op.completed:
+            put(op.path, t, None)
             if op.op in ("save", "copy"):
                 state(op.path).torn.append(op)
-                state(op.path).writers.add(op.rank)
-            continue
-        if op.op == "rename":
-            made = latest.pop(op.src, None) if op.src else None
-            if made is not None:
-                latest[op.path] = made
-                state(op.path).versions.append((op.t_end, made))
-                state(op.path).writers.add(made.rank)
-        else:
-            src_write = latest.get(op.src) if op.op == "copy" and op.src else None
-            made = src_write or op
-            latest[op.path] = made
-            st = state(op.path)
-            st.versions.append((op.t_end, made))
-            st.writers.add(op.rank)
+        elif op.op == "save":
+            put(op.path, t, op)
+        elif op.op == "copy":
+            put(op.path, t, now.get(op.src) or op if op.src else op)
+        elif op.op == "rename" and op.src:
+            held = now.get(op.src)
+            if op.src in now:
+                put(op.src, t, None)
+            if held is not None:
+                state(op.path).writers.add(held.rank)
+            put(op.path, t, held)
     return states

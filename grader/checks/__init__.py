@@ -1,41 +1,41 @@
-"""Checks: pure functions from (check config, run evidence) to a verdict with its evidence.
-
-A message names what was observed ("rank 1 consumed indices 0-63 in epoch 0 and again in epoch 1"),
-never the fix. A check that cannot judge because a run it needs is missing or broke for reasons
-outside the submission returns ``environment=True``.
-"""
+"""The checks, one module each (``grader/checks/<name>.py``, see ``base.py`` for what a module
+declares). The registry is built from the modules found in this package, so adding a check is
+adding its file; the manifest's check names and the grading plan come from here."""
 
 from __future__ import annotations
 
-from grader.checks.base import CheckResult, Context
-from grader.checks.checkpoints import checkpoints_sound
-from grader.checks.collectives import collectives_per_step
-from grader.checks.completes import completes
-from grader.checks.memory import memory_flat
-from grader.checks.params import checkpoint_valid, matches_reference, world_size_equivalence
-from grader.checks.samples import sample_partition
-from grader.checks.stalls import checkpoint_fresh, step_time_tail
-from grader.checks.workload import workload_intact
+import importlib
+import pkgutil
 
-CHECKS = {
-    "completes": completes,
-    "sample_partition": sample_partition,
-    "memory_flat": memory_flat,
-    "matches_reference": matches_reference,
-    "world_size_equivalence": world_size_equivalence,
-    "workload_intact": workload_intact,
-    "checkpoint_valid": checkpoint_valid,
-    "collectives_per_step": collectives_per_step,
-    "step_time_tail": step_time_tail,
-    "checkpoint_fresh": checkpoint_fresh,
-    "checkpoints_sound": checkpoints_sound,
-}
+from grader.checks.base import Check, CheckResult, CheckSpec, Context
+
+_NOT_CHECKS = {"base"}
 
 
-def run_check(spec, ctx: Context) -> CheckResult:
-    result = CHECKS[spec.name](spec, ctx)
+def _discover() -> dict[str, Check]:
+    found: dict[str, Check] = {}
+    for info in pkgutil.iter_modules(__path__):
+        if info.name in _NOT_CHECKS or info.name.startswith("_"):
+            continue
+        check = getattr(importlib.import_module(f"{__name__}.{info.name}"), "CHECK", None)
+        if not isinstance(check, Check):
+            raise ImportError(f"grader/checks/{info.name}.py defines no CHECK = Check(...); every module in "
+                              "grader/checks/ is a check (name helpers with a leading underscore)")
+        if check.name != info.name:
+            raise ImportError(f"grader/checks/{info.name}.py declares the check {check.name!r}; name the file "
+                              "after the check")
+        found[check.name] = check
+    return dict(sorted(found.items()))
+
+
+REGISTRY: dict[str, Check] = _discover()
+CHECK_NAMES: tuple[str, ...] = tuple(REGISTRY)
+
+
+def run_check(spec: CheckSpec, ctx: Context) -> CheckResult:
+    result = REGISTRY[spec.name].judge(spec, ctx)
     result.required, result.weight = spec.required, spec.weight
     return result
 
 
-__all__ = ["CHECKS", "CheckResult", "Context", "run_check"]
+__all__ = ["CHECK_NAMES", "REGISTRY", "Check", "CheckResult", "CheckSpec", "Context", "run_check"]

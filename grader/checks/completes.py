@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-from grader.checks.base import CheckResult, Context, need
+from typing import Literal
+
+from grader.checks.base import Check, CheckResult, CheckSpec, Context, need
+from harness.paths import display_path
 
 
-def completes(spec, ctx: Context) -> CheckResult:
+class Spec(CheckSpec):
+    name: Literal["completes"]
+
+
+def judge(spec: Spec, ctx: Context) -> CheckResult:
     ev = need(ctx, "completes", "main", ok_only=False)
     if isinstance(ev, CheckResult):
         return ev
@@ -25,15 +32,12 @@ def completes(spec, ctx: Context) -> CheckResult:
     failure = ev.run.get("failure") or {}
     last = (failure.get("error") or "").strip().splitlines()[-1:] or ["no error output"]
     who = f"rank {failure.get('rank')}" if failure.get("rank") is not None else "the job"
-    inside = [f"rank {r} was inside {o.pending_collective['op']} called at {_short(o.pending_collective['site'])}"
+    inside = [f"rank {r} was inside {o.pending_collective['op']} called at "
+              f"{display_path(o.pending_collective['site'], keep=1, relative=False) or 'an unknown site'}"
               for r, o in sorted(ev.ranks.items()) if o.pending_collective]
     where = f" ({'; '.join(inside)})" if inside else ""
     evidence["pending_collectives"] = {r: o.pending_collective for r, o in ev.ranks.items() if o.pending_collective}
     return CheckResult("completes", False, f"{who} failed: {last[0]}{where}", evidence)
 
 
-def _short(site: str | None) -> str:
-    """file:line relative to the run's submission dir, which every rank shares."""
-    if not site:
-        return "an unknown site"
-    return "/".join(site.split("/")[-1:])
+CHECK = Check("completes", Spec, judge)

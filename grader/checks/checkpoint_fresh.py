@@ -1,147 +1,56 @@
-"""Checks for a training loop that stalls every k steps: the tail of the step times (from the signed
-step records), and that taking the stall out of the loop still left a fresh, complete checkpoint on
-disk at every step (from the save trace, with the step each file holds told by fingerprints).
-"""
+"""checkpoint_fresh: taking a stall out of the step loop must still leave a fresh, complete
+checkpoint on disk at every step. The save trace is replayed into what each path held at each
+rank-0 step end; which step a file holds is found by matching the per-tensor fingerprints of what
+was serialised against the per-step parameter fingerprints, not from the script."""
 
 from __future__ import annotations
 
-import bisect
-import math
-import statistics
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from grader.checks.base import CheckResult, Context, need
-from grader.checks.params import strip_wrappers, checkpoint_valid
+from pydantic import Field, field_validator
+
+from grader.checks.base import Check, CheckResult, CheckSpec, Context, need
 from grader.evidence import RunEvidence
-from grader.manifest import CheckpointValid
+from grader.evidence.checkpoint import final_checkpoint
+from grader.evidence.fingerprints import FP_RTOL, step_fingerprints
+from grader.evidence.params import strip_wrappers
+from grader.roles import FINGERPRINTS, Role, RunRequest
 from harness.saves import FileOp
 
-# Two fingerprints of the same parameters differ only by float64 rounding of a sum taken in
-# another order; one optimizer update moves them by many orders of magnitude more.
-FP_RTOL = 1e-9
+
+class Spec(CheckSpec):
+    """At every optimizer step, a complete checkpoint holding a step no older than ``interval`` +
+    ``slack`` steps existed at ``path`` (and in each of ``copies``), from the first time one was
+    due; at the end ``path`` loads and holds the final state."""
+
+    name: Literal["checkpoint_fresh"]
+    path: str  # relative to the script's working dir
+    interval: int = Field(gt=0, description="k: optimizer steps between checkpoints")
+    slack: int = Field(0, ge=0, description="steps a checkpoint may take to be written, beyond interval")
+    copies: list[str] = []  # other places every checkpoint must reach: a file, or a folder ending in /
+    # steps a copy may trail beyond interval (an upload to a remote store takes longer); slack if None
+    copy_slack: int | None = Field(None, ge=0)
+    key: str | None = None  # where the model state dict sits inside the checkpoint, if nested
+    require_keys: list[str] = []  # top-level keys every checkpoint must hold
+    # every checkpoint relied on must be at least this share of the reference run's final checkpoint
+    min_size_of_reference: float = Field(0.9, ge=0, le=1)
+    # the kit's ArtifactStore bandwidth (MiB/s): a file in `copies` counts only when the store's
+    # signed upload record shows it took the time that bandwidth needs (so the script's own
+    # bandwidth constant, or a copy made by hand, cannot take the upload's cost away)
+    store_mib_per_s: float | None = Field(None, gt=0)
+
+    @field_validator("copies")
+    @classmethod
+    def _copies(cls, v: list[str]) -> list[str]:
+        if any(not c.strip() or c.startswith("/") for c in v):
+            raise ValueError("give paths relative to the script's working dir (a folder ends in /)")
+        return v
 
 
-def percentile(xs: list[float], q: float) -> float:
-    """Nearest-rank percentile: a value that occurred, never an interpolation between two."""
-    s = sorted(xs)
-    return s[max(0, math.ceil(q / 100 * len(s)) - 1)]
-
-
-def _median_after(ev: RunEvidence, warmup: int) -> float:
-    meds = [statistics.median(o.step_times[warmup:]) for o in ev.ranks.values() if o.step_times[warmup:]]
-    return statistics.median(meds) if meds else 0.0
-
-
-def _steps_list(steps: list[tuple[int, float]], limit: int = 3) -> str:
-    shown = ", ".join(str(s) for s, _ in steps[:limit])
-    more = f" and {len(steps) - limit} more" if len(steps) > limit else ""
-    lo, hi = min(t for _, t in steps), max(t for _, t in steps)
-    took = f"{lo:.2f} s" if math.isclose(lo, hi, rel_tol=0.05) else f"{lo:.2f}-{hi:.2f} s"
-    return f"step{'s' if len(steps) > 1 else ''} {shown}{more} took {took}"
-
-
-def step_time_tail(spec, ctx: Context) -> CheckResult:
-    name = "step_time_tail"
-    ev = need(ctx, name, "main")
-    if isinstance(ev, CheckResult):
-        return ev
-    bound = spec.max_p99_over_median
-    evidence: dict[str, Any] = {"max_p99_over_median": bound, "warmup_steps": spec.warmup_steps, "ranks": {}}
-    worst: tuple[float, int] | None = None
-    slow_by_rank: dict[int, list[tuple[int, float]]] = {}
-    for r in sorted(ev.ranks):
-        times = ev.ranks[r].step_times[spec.warmup_steps:]
-        if len(times) < spec.min_steps:
-            evidence["ranks"][r] = {"steps": len(times)}
-            return CheckResult(name, False, f"rank {r} made {len(times)} steps after the {spec.warmup_steps} "
-                               f"warm-up steps; a p99 needs at least {spec.min_steps}", evidence)
-        med, p99 = statistics.median(times), percentile(times, 99)
-        ratio = p99 / med if med > 0 else math.inf
-        # the step record's dt ends at this step: index i after warm-up is step warmup + i + 1
-        slow = [(spec.warmup_steps + i + 1, t) for i, t in enumerate(times) if t > bound * med]
-        slow_by_rank[r] = slow
-        evidence["ranks"][r] = {"steps": len(times), "p50_s": round(med, 4), "p99_s": round(p99, 4),
-                                "max_s": round(max(times), 4), "p99_over_median": round(ratio, 2),
-                                "slow_steps": [s for s, _ in slow][:50]}
-        if worst is None or ratio > worst[0]:
-            worst = (ratio, r)
-    ratio, r = worst
-    info = evidence["ranks"][r]
-    evidence["p99_over_median"] = info["p99_over_median"]
-    if ratio > bound:
-        slow = slow_by_rank[r]
-        what = f": {_steps_list(slow)} against a median of {info['p50_s']:.3f} s" if slow else ""
-        return CheckResult(name, False, f"rank {r}'s p99 step time is {ratio:.1f}x its median (p50 "
-                           f"{info['p50_s']:.3f} s, p99 {info['p99_s']:.3f} s, max {info['max_s']:.3f} s; "
-                           f"bound {bound:g}x){what}", evidence)
-    if spec.max_median_over_reference:
-        ref = need(ctx, name, "reference")
-        if isinstance(ref, CheckResult):
-            return ref
-        mine, theirs = _median_after(ev, spec.warmup_steps), _median_after(ref, spec.warmup_steps)
-        evidence.update(median_s=round(mine, 4), reference_median_s=round(theirs, 4))
-        if theirs > 0 and mine / theirs > spec.max_median_over_reference:
-            return CheckResult(name, False, f"the median step took {mine:.3f} s, {mine / theirs:.1f}x the "
-                               f"reference run's {theirs:.3f} s (bound {spec.max_median_over_reference:g}x): "
-                               "every step is slower, which also flattens the tail", evidence)
-    return CheckResult(name, True, f"p99 step time at most {ratio:.2f}x the median on every rank (rank {r}: "
-                       f"p50 {info['p50_s']:.3f} s, p99 {info['p99_s']:.3f} s; bound {bound:g}x)", evidence)
-
-
-# -- checkpoint_fresh -----------------------------------------------------------------------------
-
-def contents(ops: list[FileOp]) -> dict[str, list[tuple[float, FileOp | None]]]:
-    """Per path, what it held over time: (time, the save whose bytes it holds) or (time, None) while
-    a write into it runs, after a write into it failed or died, and after it was renamed away.
-    (Deletions are not traced: a file removed by os.remove still counts as held.)"""
-    events: list[tuple[float, int, str, FileOp]] = []
-    for op in ops:
-        if op.path is None:
-            continue
-        if op.op in ("save", "copy"):
-            events.append((op.t_begin, op.seq, "begin", op))
-        if op.t_end is not None:
-            events.append((op.t_end, op.seq, "end", op))
-    now: dict[str, FileOp | None] = {}
-    out: dict[str, list[tuple[float, FileOp | None]]] = {}
-
-    def put(path: str, t: float, held: FileOp | None) -> None:
-        now[path] = held
-        out.setdefault(path, []).append((t, held))
-
-    for t, _, phase, op in sorted(events, key=lambda e: (e[0], e[1], e[2] == "end")):
-        if phase == "begin":
-            put(op.path, t, None)
-        elif not op.completed:
-            put(op.path, t, None)
-        elif op.op == "save":
-            put(op.path, t, op)
-        elif op.op == "copy":
-            put(op.path, t, now.get(op.src) if op.src else None)
-        elif op.op == "rename" and op.src:
-            held = now.get(op.src)
-            if op.src in now:
-                put(op.src, t, None)
-            put(op.path, t, held)
-    return out
-
-
-def held_at(timeline: list[tuple[float, FileOp | None]], t: float) -> FileOp | None:
-    i = bisect.bisect_right([x for x, _ in timeline], t)
-    return timeline[i - 1][1] if i else None
-
-
-def step_fingerprints(ev: RunEvidence, rank: int) -> dict[int, list[tuple[int, float]]]:
-    """Per attempt, (step, parameter fingerprint) from the rank's signed events (step 0 before the
-    first update)."""
-    out: dict[int, list[tuple[int, float]]] = {}
-    for r in ev.events(rank):
-        if r.get("kind") == "fingerprint0" and "fp" in r:
-            out.setdefault(int(r.get("attempt", 0)), []).append((0, float(r["fp"])))
-        elif r.get("kind") == "step" and "fp" in r:
-            out.setdefault(int(r.get("attempt", 0)), []).append((int(r["step"]), float(r["fp"])))
-    return out
+def runs(spec: Spec, manifest) -> list[RunRequest]:
+    # which step a checkpoint holds is told by parameter fingerprints in the main run
+    return [RunRequest(Role.MAIN, manifest.world_size, env=FINGERPRINTS)]
 
 
 class _Holdings:
@@ -223,7 +132,7 @@ def _through_store(ev: RunEvidence, paths: list[str], mib_per_s: float,
     return kept, ""
 
 
-def checkpoint_fresh(spec, ctx: Context) -> CheckResult:
+def judge(spec: Spec, ctx: Context) -> CheckResult:
     name = "checkpoint_fresh"
     ev = need(ctx, name, "main")
     if isinstance(ev, CheckResult):
@@ -245,14 +154,14 @@ def checkpoint_fresh(spec, ctx: Context) -> CheckResult:
         min_bytes = int(spec.min_size_of_reference * ref_ckpt.stat().st_size)
         evidence["min_bytes"] = min_bytes
     holdings = _Holdings(spec, ev, {strip_wrappers(n) for n in final}, min_bytes)
-    timelines = contents(ev.file_ops)
+    history = ev.file_history
     work = (Path(ev.run_dir) / "work").resolve()
     # rank 0's step ends, last attempt: the moments a checkpoint must have existed
     last = max((int(r.get("attempt", 0)) for r in ev.events(0) if r.get("kind") == "step"), default=0)
     ends = [(int(r["step"]), float(r["t"])) for r in ev.events(0)
             if r.get("kind") == "step" and int(r.get("attempt", 0)) == last]
     evidence["targets"] = {}
-    for target, (paths, slack) in _targets(spec, work, list(timelines)).items():
+    for target, (paths, slack) in _targets(spec, work, list(history)).items():
         info: dict[str, Any] = {"files": len(paths), "slack": slack}
         evidence["targets"][target] = info
         if target != spec.path and spec.store_mib_per_s:
@@ -267,7 +176,7 @@ def checkpoint_fresh(spec, ctx: Context) -> CheckResult:
                 continue
             best = None
             for p in paths:
-                op = held_at(timelines[p], t)
+                op = history[p].held_at(t)
                 if op is None:
                     continue
                 held, why = holdings.step(op)
@@ -294,15 +203,17 @@ def checkpoint_fresh(spec, ctx: Context) -> CheckResult:
             worst = max((s2 - (b if b is not None else 0)) for s2, b in late)
             return CheckResult(name, False, f"{msg} ({len(late)} of {len(ends)} steps too far behind; "
                                f"worst {worst} steps)", evidence)
-    # At the end the checkpoint itself must load and be the final state (checkpoint_valid's rules).
-    valid = checkpoint_valid(CheckpointValid(name="checkpoint_valid", path=spec.path, key=spec.key,
-                                             require_keys=spec.require_keys), ctx)
-    evidence["final"] = valid.evidence
-    if not valid.passed:
-        return CheckResult(name, False, valid.message, evidence, environment=valid.environment)
+    # At the end the checkpoint itself must load and be the final state.
+    final_ckpt = final_checkpoint(ev, spec.path, spec.key, spec.require_keys)
+    evidence["final"] = final_ckpt.evidence
+    if not final_ckpt.ok:
+        return CheckResult(name, False, final_ckpt.message, evidence)
     steps = evidence["targets"][spec.path]["checkpoint_steps"]
     allowed = " and ".join(f"{t} held a complete checkpoint at most {k} + {i['slack']} steps old"
                            for t, i in evidence["targets"].items())
     return CheckResult(name, True, f"at every step from {k + spec.slack} on, {allowed} (states of steps "
                        f"{', '.join(map(str, steps[:6]))}{', ...' if len(steps) > 6 else ''}); at the end "
                        f"{spec.path} loads and holds the final parameters", evidence)
+
+
+CHECK = Check("checkpoint_fresh", Spec, judge, runs=runs, needs_reference=lambda spec: True)

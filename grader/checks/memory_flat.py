@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from grader.checks.base import CheckResult, Context, need
+from typing import Literal
+
+from pydantic import Field
+
+from grader.checks.base import Check, CheckResult, CheckSpec, Context, need
 
 MIN_POINTS = 20  # fewer steps than this after warm-up cannot tell a leak from noise
 
@@ -17,7 +21,13 @@ def slope(ys: list[float]) -> float:
     return num / den if den else 0.0
 
 
-def memory_flat(spec, ctx: Context) -> CheckResult:
+class Spec(CheckSpec):
+    name: Literal["memory_flat"]
+    warmup_steps: int = Field(10, ge=0)
+    max_slope_mb_per_step: float = Field(0.05, gt=0)
+
+
+def judge(spec: Spec, ctx: Context) -> CheckResult:
     ev = need(ctx, "memory_flat", "main", ok_only=False)
     if isinstance(ev, CheckResult):
         return ev
@@ -40,3 +50,6 @@ def memory_flat(spec, ctx: Context) -> CheckResult:
               f"{w['steps']} steps after warm-up ({w['start_mb']:.0f} → {w['end_mb']:.0f} MB); "
               f"threshold {spec.max_slope_mb_per_step} MB per step")
     return CheckResult("memory_flat", w["slope_mb_per_step"] <= spec.max_slope_mb_per_step, detail, evidence)
+
+
+CHECK = Check("memory_flat", Spec, judge)

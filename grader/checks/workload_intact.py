@@ -7,12 +7,16 @@ launcher. A submission cannot pass by printing, by shrinking the run, or by writ
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from grader.checks.base import CheckResult, Context, need, trained_to_the_end
+from grader.checks.base import Check, CheckResult, CheckSpec, Context, need, trained_to_the_end
 
 
-def workload_intact(spec, ctx: Context) -> CheckResult:
+class Spec(CheckSpec):
+    name: Literal["workload_intact"]
+
+
+def judge(spec: Spec, ctx: Context) -> CheckResult:
     name = "workload_intact"
     problems: list[str] = []
     forged = {role: ev.forged for role, ev in ctx.runs.items() if ev.forged}
@@ -85,3 +89,6 @@ def workload_intact(spec, ctx: Context) -> CheckResult:
     after = "" if ev.status == "ok" else f" (the job then ended with status {ev.status})"
     return CheckResult(name, True, f"{w} ranks × {wl.steps} steps, {wl.steps * wl.global_batch} samples "
                        f"covering all {wl.dataset_size}, {wl.params} parameters, files as shipped{after}", evidence)
+
+
+CHECK = Check("workload_intact", Spec, judge)

@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any
+from typing import Any, Literal
 
-from grader.checks.base import CheckResult, Context, need, need_trained, ranges
+from pydantic import Field
+
+from grader.checks.base import Check, CheckResult, CheckSpec, Context, need, need_trained, ranges
+from grader.evidence.fingerprints import resume_point
+from grader.roles import FINGERPRINTS, Role, RunRequest
+from harness.launch import Fault
 
 # Positions an index may move between two epochs and still count as "the same order": DataLoader
 # workers interleave their batches in the ledger, so equal orders are not always equal lists.
@@ -25,7 +30,22 @@ def same_order_fraction(a: list[int], b: list[int]) -> float:
     return near / max(len(b), 1)
 
 
-def sample_partition(spec, ctx: Context) -> CheckResult:
+class Spec(CheckSpec):
+    name: Literal["sample_partition"]
+    resume: bool = False  # also kill a rank mid-run and compare the resumed run's consumption
+    kill_rank: int = Field(1, ge=0)
+    kill_step: int = Field(10, gt=0)
+    padding: int = Field(0, ge=0, description="duplicates allowed per epoch (sampler padding)")
+
+
+def runs(spec: Spec, manifest) -> list[RunRequest]:
+    if not spec.resume:
+        return []
+    return [RunRequest(Role.RESUME, manifest.world_size, max_restarts=1,
+                       faults=(Fault(rank=spec.kill_rank, step=spec.kill_step),), env=FINGERPRINTS)]
+
+
+def judge(spec: Spec, ctx: Context) -> CheckResult:
     name = "sample_partition"
     ev = need_trained(ctx, name)
     if isinstance(ev, CheckResult):
@@ -69,27 +89,6 @@ def sample_partition(spec, ctx: Context) -> CheckResult:
     after = "" if ev.status == "ok" else f" (every step was made; the job then ended with status {ev.status})"
     return CheckResult(name, True, f"{epochs} epochs: each a partition of the {n} samples across {w} ranks, "
                        f"in a new order each epoch{after}", evidence)
-
-
-def resume_point(ev, rank: int) -> int | None:
-    """The attempt-0 step whose parameters attempt 1 started from, found by fingerprint (the
-    bootstrap records one before the first step of each attempt and after every step): 0 when it
-    started from scratch, None when it started from a state the job never reached."""
-    fps = {0: {}, 1: {}}
-    start = {}
-    for r in ev.events(rank):
-        a = r.get("attempt")
-        if a not in (0, 1):
-            continue
-        if r.get("kind") == "fingerprint0":
-            start[a] = r["fp"]
-        elif r.get("kind") == "step" and "fp" in r:
-            fps[a][r["fp"]] = r["step"]
-    if 1 not in start:
-        return None
-    if start[1] == start.get(0):
-        return 0
-    return fps[0].get(start[1])
 
 
 def _resume(spec, ctx: Context, uninterrupted: dict[int, list[int]], evidence: dict[str, Any]) -> CheckResult:
@@ -140,3 +139,6 @@ def _resume(spec, ctx: Context, uninterrupted: dict[int, list[int]], evidence: d
                            f"continue the uninterrupted sequence {j} samples into the restart: {detail}", evidence)
     return CheckResult(name, True, "every epoch partitions the dataset in a new order, and after a kill and "
                        "restart every rank consumed exactly what an uninterrupted run consumes", evidence)
+
+
+CHECK = Check("sample_partition", Spec, judge, runs=runs)

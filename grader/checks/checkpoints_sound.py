@@ -27,15 +27,47 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from grader.checks.base import CheckResult, Context, need
-from grader.checks.params import strip_wrappers
-from grader.checks.samples import resume_point
+from pydantic import Field
+
+from grader.checks.base import Check, CheckResult, CheckSpec, Context, need
 from grader.evidence import RunEvidence
+from grader.evidence.fingerprints import resume_point
+from grader.evidence.params import strip_wrappers
+from grader.roles import FINGERPRINTS, Role, RunRequest
+from harness.launch import Fault
 from harness.saves import FileOp
 
-RESTARTS = {"resume": "killed mid-run", "resume_save": "killed during a checkpoint write"}
+RESTARTS = {Role.RESUME: "killed mid-run", Role.RESUME_SAVE: "killed during a checkpoint write"}
+
+
+class Spec(CheckSpec):
+    """The checkpoints a script writes, judged from the save trace and the files, in the main run
+    and in two restarted ones: ``kill_rank`` SIGKILLed after step ``kill_step`` (between
+    checkpoints), and every rank's first checkpoint write at or after ``save_kill_step`` torn
+    half-way by a SIGKILL. Each restart must resume from the newest complete checkpoint."""
+
+    name: Literal["checkpoints_sound"]
+    # what a checkpoint that a resume reads must hold, recognised by content, not by key names
+    require: list[Literal["model", "optimizer", "scheduler"]] = ["model", "optimizer"]
+    kill_rank: int = Field(1, ge=0)
+    kill_step: int = Field(gt=0, description="SIGKILL after this optimizer step, between two checkpoints")
+    save_kill_step: int | None = Field(None, gt=0, description="tear the first checkpoint write at or "
+                                       "after this step; leave out to skip that restart")
+
+
+def runs(spec: Spec, manifest) -> list[RunRequest]:
+    """A kill between checkpoints (shared with sample_partition's when both ask for one), and a
+    kill half-way through a checkpoint write, on whichever ranks write checkpoints."""
+    w = manifest.world_size
+    out = [RunRequest(Role.RESUME, w, max_restarts=1, faults=(Fault(rank=spec.kill_rank, step=spec.kill_step),),
+                      env=FINGERPRINTS)]
+    if spec.save_kill_step:
+        out.append(RunRequest(Role.RESUME_SAVE, w, max_restarts=1,
+                              faults=tuple(Fault(rank=r, step=spec.save_kill_step, when="save") for r in range(w)),
+                              env=FINGERPRINTS))
+    return out
 
 
 def _work(ev: RunEvidence) -> str:
@@ -281,9 +313,9 @@ def _restart(role: str, ev: RunEvidence, read: set[str], problems: Problems) -> 
     return info
 
 
-def checkpoints_sound(spec, ctx: Context) -> CheckResult:
+def judge(spec: Spec, ctx: Context) -> CheckResult:
     name = "checkpoints_sound"
-    roles = ["main", "resume"] + (["resume_save"] if spec.save_kill_step else [])
+    roles = [Role.MAIN, Role.RESUME] + ([Role.RESUME_SAVE] if spec.save_kill_step else [])
     runs: dict[str, RunEvidence] = {}
     for role in roles:
         ev = need(ctx, name, role, ok_only=False)
@@ -311,3 +343,6 @@ def checkpoints_sound(spec, ctx: Context) -> CheckResult:
     return CheckResult(name, True, f"{n} checkpoint files over {len(runs)} runs load, each written by one rank "
                        f"and never in place where a restart reads; the restarts ({restarts}) began from the "
                        "newest complete checkpoint", evidence)
+
+
+CHECK = Check("checkpoints_sound", Spec, judge, runs=runs)

@@ -5,11 +5,22 @@ micro-step, multiplies the count; DDP's buckets run in C++ and count 0."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import Literal
 
-from grader.checks.base import CheckResult, Context, need
+from pydantic import Field
+
+from grader.checks.base import Check, CheckResult, CheckSpec, Context, need
 
 
-def collectives_per_step(spec, ctx: Context) -> CheckResult:
+class Spec(CheckSpec):
+    """Python-level collectives per optimizer step (DDP's C++ bucket all-reduces are not traced, so
+    a DDP script counts 0 here; a hand-written bucketed sync counts 1)."""
+
+    name: Literal["collectives_per_step"]
+    max_per_step: float = Field(gt=0)
+
+
+def judge(spec: Spec, ctx: Context) -> CheckResult:
     name = "collectives_per_step"
     ev = need(ctx, name, "main")
     if isinstance(ev, CheckResult):
@@ -26,3 +37,6 @@ def collectives_per_step(spec, ctx: Context) -> CheckResult:
     msg = (f"{worst:g} Python-level collectives per optimizer step (most common: {common}); "
            f"at most {spec.max_per_step:g} allowed")
     return CheckResult(name, worst <= spec.max_per_step, msg, evidence)
+
+
+CHECK = Check("collectives_per_step", Spec, judge)

@@ -1,0 +1,65 @@
+"""matches_reference: the final parameters (saved by the rank bootstrap at exit, never by the
+script) are within tolerance of the reference solution's run, identical across ranks; and every
+run that was killed and restarted ends there too."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from grader.checks.base import Check, CheckResult, CheckSpec, Context, agreed_params, need, need_trained
+from grader.evidence import harness_failed
+from grader.evidence.params import compare
+from grader.roles import RESTARTED, Role
+
+
+class Spec(CheckSpec):
+    name: Literal["matches_reference"]
+    rtol: float = Field(1e-4, ge=0)
+    atol: float = Field(1e-5, ge=0)
+
+
+def judge(spec: Spec, ctx: Context) -> CheckResult:
+    name = "matches_reference"
+    ev, ref = need_trained(ctx, name), need(ctx, name, "reference")
+    for x in (ev, ref):
+        if isinstance(x, CheckResult):
+            return x
+    mine, theirs = agreed_params(ev, name), agreed_params(ref, name)
+    if isinstance(mine, CheckResult):
+        return mine
+    if isinstance(theirs, CheckResult):
+        theirs.environment = True
+        return theirs
+    # A run that was killed and resumed (between checkpoints: "resume"; during a checkpoint write:
+    # "resume_save") must end where an uninterrupted one does.
+    resumes: dict[str, Any] = {}
+    for role in sorted(r for r in ctx.runs if r in RESTARTED):
+        resumed = ctx.runs[role]
+        if resumed.status != "ok" or harness_failed(resumed):
+            continue
+        after = agreed_params(resumed, name)
+        if isinstance(after, CheckResult):
+            return after
+        rc = resumes[role] = compare(after, theirs, spec.rtol, spec.atol)
+        if not rc["close"]:
+            detail = (f"largest difference {rc['max_abs_diff']:.3g} in {rc['worst_param']}"
+                      if rc.get("same_names") else "the parameter sets differ")
+            how = "during a checkpoint write" if role == Role.RESUME_SAVE else "mid-run"
+            return CheckResult(name, False, f"the run that was killed {how} and restarted ends at different "
+                               f"parameters from the reference's uninterrupted run: {detail}", {role: rc})
+    cmp = compare(mine, theirs, spec.rtol, spec.atol)
+    cmp.update(rtol=spec.rtol, atol=spec.atol, **({"resumed_runs": resumes} if resumes else {}))
+    if not cmp["same_names"] or "shape_mismatch" in cmp:
+        return CheckResult(name, False, "the model's parameters are not the reference model's "
+                           f"(names or shapes differ: {cmp})", cmp)
+    if cmp["max_abs_diff"] == 0:
+        return CheckResult(name, True, "final parameters are identical to the reference run's", cmp)
+    msg = (f"final parameters {'match' if cmp['close'] else 'differ from'} the reference run's: largest "
+           f"difference {cmp['max_abs_diff']:.3g} ({cmp['max_rel_diff']:.2%} of its norm) in "
+           f"{cmp['worst_param']}; tolerance rtol={spec.rtol:g}, atol={spec.atol:g}")
+    return CheckResult(name, cmp["close"], msg, cmp)
+
+
+CHECK = Check("matches_reference", Spec, judge, needs_reference=lambda spec: True)

@@ -1,0 +1,94 @@
+"""step_time_tail: p99 over median of each rank's step times after warm-up (signed step records).
+A stall every k steps (a synchronous checkpoint, an upload) puts the p99 far above the median while
+the median hardly moves; slowing every step down to hide it is caught against the reference."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any, Literal
+
+from pydantic import Field
+
+from grader.checks.base import Check, CheckResult, CheckSpec, Context, need
+from grader.evidence import RunEvidence
+
+
+class Spec(CheckSpec):
+    name: Literal["step_time_tail"]
+    max_p99_over_median: float = Field(gt=1.0)
+    warmup_steps: int = Field(5, ge=0)
+    min_steps: int = Field(100, ge=20, description="steps after warm-up a p99 needs to mean something")
+    # the median step may be at most this many times the reference run's: slowing every step down
+    # also hides a stall from the ratio
+    max_median_over_reference: float | None = Field(None, gt=1.0)
+
+
+def percentile(xs: list[float], q: float) -> float:
+    """Nearest-rank percentile: a value that occurred, never an interpolation between two."""
+    s = sorted(xs)
+    return s[max(0, math.ceil(q / 100 * len(s)) - 1)]
+
+
+def _median_after(ev: RunEvidence, warmup: int) -> float:
+    meds = [statistics.median(o.step_times[warmup:]) for o in ev.ranks.values() if o.step_times[warmup:]]
+    return statistics.median(meds) if meds else 0.0
+
+
+def _steps_list(steps: list[tuple[int, float]], limit: int = 3) -> str:
+    shown = ", ".join(str(s) for s, _ in steps[:limit])
+    more = f" and {len(steps) - limit} more" if len(steps) > limit else ""
+    lo, hi = min(t for _, t in steps), max(t for _, t in steps)
+    took = f"{lo:.2f} s" if math.isclose(lo, hi, rel_tol=0.05) else f"{lo:.2f}-{hi:.2f} s"
+    return f"step{'s' if len(steps) > 1 else ''} {shown}{more} took {took}"
+
+
+def judge(spec: Spec, ctx: Context) -> CheckResult:
+    name = "step_time_tail"
+    ev = need(ctx, name, "main")
+    if isinstance(ev, CheckResult):
+        return ev
+    bound = spec.max_p99_over_median
+    evidence: dict[str, Any] = {"max_p99_over_median": bound, "warmup_steps": spec.warmup_steps, "ranks": {}}
+    worst: tuple[float, int] | None = None
+    slow_by_rank: dict[int, list[tuple[int, float]]] = {}
+    for r in sorted(ev.ranks):
+        times = ev.ranks[r].step_times[spec.warmup_steps:]
+        if len(times) < spec.min_steps:
+            evidence["ranks"][r] = {"steps": len(times)}
+            return CheckResult(name, False, f"rank {r} made {len(times)} steps after the {spec.warmup_steps} "
+                               f"warm-up steps; a p99 needs at least {spec.min_steps}", evidence)
+        med, p99 = statistics.median(times), percentile(times, 99)
+        ratio = p99 / med if med > 0 else math.inf
+        # the step record's dt ends at this step: index i after warm-up is step warmup + i + 1
+        slow = [(spec.warmup_steps + i + 1, t) for i, t in enumerate(times) if t > bound * med]
+        slow_by_rank[r] = slow
+        evidence["ranks"][r] = {"steps": len(times), "p50_s": round(med, 4), "p99_s": round(p99, 4),
+                                "max_s": round(max(times), 4), "p99_over_median": round(ratio, 2),
+                                "slow_steps": [s for s, _ in slow][:50]}
+        if worst is None or ratio > worst[0]:
+            worst = (ratio, r)
+    ratio, r = worst
+    info = evidence["ranks"][r]
+    evidence["p99_over_median"] = info["p99_over_median"]
+    if ratio > bound:
+        slow = slow_by_rank[r]
+        what = f": {_steps_list(slow)} against a median of {info['p50_s']:.3f} s" if slow else ""
+        return CheckResult(name, False, f"rank {r}'s p99 step time is {ratio:.1f}x its median (p50 "
+                           f"{info['p50_s']:.3f} s, p99 {info['p99_s']:.3f} s, max {info['max_s']:.3f} s; "
+                           f"bound {bound:g}x){what}", evidence)
+    if spec.max_median_over_reference:
+        ref = need(ctx, name, "reference")
+        if isinstance(ref, CheckResult):
+            return ref
+        mine, theirs = _median_after(ev, spec.warmup_steps), _median_after(ref, spec.warmup_steps)
+        evidence.update(median_s=round(mine, 4), reference_median_s=round(theirs, 4))
+        if theirs > 0 and mine / theirs > spec.max_median_over_reference:
+            return CheckResult(name, False, f"the median step took {mine:.3f} s, {mine / theirs:.1f}x the "
+                               f"reference run's {theirs:.3f} s (bound {spec.max_median_over_reference:g}x): "
+                               "every step is slower, which also flattens the tail", evidence)
+    return CheckResult(name, True, f"p99 step time at most {ratio:.2f}x the median on every rank (rank {r}: "
+                       f"p50 {info['p50_s']:.3f} s, p99 {info['p99_s']:.3f} s; bound {bound:g}x)", evidence)
+
+
+CHECK = Check("step_time_tail", Spec, judge, needs_reference=lambda spec: bool(spec.max_median_over_reference))

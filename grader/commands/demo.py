@@ -1,0 +1,32 @@
+"""``trainwreck demo [SLUG]``: the kit end to end on one exercise."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from grader import console
+from grader.errors import EXIT_FAIL, EXIT_OK
+
+
+@click.command("demo")
+@click.argument("slug", default="memory-leak")
+def command(slug):
+    """The kit end to end on one exercise: the broken script graded (failing, with its evidence),
+    then the reference fix graded (passing)."""
+    from grader.exercises import find
+    from grader.grade import GradeOptions, grade
+
+    ex = find(slug)
+    console.text(f"== {ex.manifest.title}: {ex.manifest.symptom}")
+    console.text("== 1/2 grading the broken script as shipped")
+    broken = grade(ex, GradeOptions(kind="broken"), progress=console.info)
+    console.grade_result(broken)
+    console.text("== 2/2 grading the reference fix")
+    fixed = grade(ex, GradeOptions(kind="solution"), progress=console.info)
+    console.grade_result(fixed)
+    ok = not broken.passed and fixed.passed
+    console.text("demo " + ("complete: the broken script fails and the fix passes" if ok else
+                            "found a problem: the kit's self-check did not hold"))
+    sys.exit(EXIT_OK if ok else EXIT_FAIL)

@@ -1,0 +1,89 @@
+"""``trainwreck run TARGET``: launch a script (or an exercise's broken script) across ranks the way
+torchrun does and watch every rank from outside. Imports neither pydantic nor the grading modules
+unless TARGET is an exercise slug."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from grader import console
+from grader.errors import EXIT_FAIL, EXIT_OK, UserError
+from harness import defaults
+from harness.launch import LaunchConfig, default_run_dir, launch
+from harness.phases import read_run as read_profile
+
+
+@click.command("run", context_settings={"ignore_unknown_options": False})
+@click.argument("target")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--nproc", type=click.IntRange(min=1), default=None,
+              help=f"Processes per node (default {defaults.NPROC}, or the exercise's world size).")
+@click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--rdzv-endpoint", default=None, help="HOST:PORT of the c10d rendezvous (needed with --nnodes > 1).")
+@click.option("--rdzv-id", default="trainwreck", show_default=True)
+@click.option("--max-restarts", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--hang-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help=f"Seconds without progress on any rank before the job counts as hung "
+                   f"(default {defaults.HANG_TIMEOUT_S:g}).")
+@click.option("--startup-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help=f"Allowance before the first step (default {defaults.STARTUP_TIMEOUT_S:g}).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Wall-clock limit for the whole job.")
+@click.option("--run-dir", type=click.Path(path_type=Path), default=None,
+              help="Where to write the run's artifacts (default runs/<name>-<time>).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead of tables.")
+@click.option("--tee", is_flag=True, help="Also print every rank's output (to stderr, prefixed with its rank).")
+@click.option("--profile", is_flag=True,
+              help="Time each step's phases per rank and write a torch.profiler trace per rank.")
+def command(target, script_args, nproc, nnodes, rdzv_endpoint, rdzv_id, max_restarts, device,
+            hang_timeout, startup_timeout, timeout, run_dir, as_json, tee, profile):
+    """Launch TARGET (a script path or an exercise slug) across ranks and observe every rank.
+
+    Arguments after `--` go to the script.
+    """
+    cfg = _config_for(target, list(script_args), nproc=nproc, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint,
+                      rdzv_id=rdzv_id, max_restarts=max_restarts, device=device, hang_timeout=hang_timeout,
+                      startup_timeout=startup_timeout, timeout=timeout, run_dir=run_dir, profile=profile)
+    with console.live_progress(enabled=not (as_json or tee)) as on_progress:
+        res = launch(cfg, on_progress=on_progress, tee=console.rank_line if tee else None)
+    prof = read_profile(res.run_dir) if profile else None
+    if as_json:
+        console.emit_json({**res.to_json(), **({"profile": prof} if profile else {})})
+    else:
+        console.run_summary(res)
+        if profile:
+            console.profile_table(prof)
+    sys.exit(EXIT_OK if res.ok else EXIT_FAIL)
+
+
+def _config_for(target: str, script_args: list[str], **opts) -> LaunchConfig:
+    path = Path(target)
+    settings: dict = {}
+    if path.suffix == ".py" or path.exists():
+        if not path.is_file():
+            raise UserError(f"script not found: {target} (give a Python file or an exercise slug)")
+        script = path
+    else:
+        from grader.exercises import find  # pydantic: only when a slug is given
+
+        ex = find(target)
+        script = ex.script
+        run = ex.manifest.run
+        settings = {"nproc": ex.manifest.world_size, "hang_timeout": run.hang_timeout,
+                    "startup_timeout": run.startup_timeout, "timeout": run.timeout,
+                    "pg_timeout": run.pg_timeout}
+        script_args = script_args or list(run.args)
+    for k, v in opts.items():
+        if v is not None:
+            settings[k] = v
+    settings.setdefault("nproc", defaults.NPROC)
+    cfg = LaunchConfig(script=script, script_args=script_args, **settings)
+    if cfg.run_dir is None:
+        cfg.run_dir = default_run_dir(script)
+    cfg.cwd = Path(cfg.run_dir) / "work"  # the script's relative paths (checkpoints) stay in the run
+    cfg.cwd.mkdir(parents=True, exist_ok=True)
+    return cfg

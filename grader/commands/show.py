@@ -1,0 +1,26 @@
+"""``trainwreck show SLUG``: an exercise's facts and its brief."""
+
+from __future__ import annotations
+
+import click
+
+from grader import console
+
+
+@click.command("show")
+@click.argument("slug")
+def command(slug):
+    """An exercise's facts and its brief."""
+    from grader.exercises import find
+
+    ex = find(slug)
+    m = ex.manifest
+    console.table(m.title, ["fact", "value"], [
+        ["slug", m.slug], ["symptom", m.symptom], ["difficulty", m.difficulty],
+        ["time budget", f"{m.minutes} min"], ["topics", ", ".join(m.topics)],
+        ["world size", m.world_size], ["backends", ", ".join(m.backends)],
+        ["entry", m.entry], ["you may edit", ", ".join(m.editable)],
+        ["checks", ", ".join(c.name for c in m.checks) + (", throughput" if m.throughput else "")],
+    ])
+    if ex.brief.exists():
+        console.text(ex.brief.read_text())

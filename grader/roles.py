@@ -1,0 +1,67 @@
+"""The runs a grading makes, by role. A check declares the runs it needs as ``RunRequest``s; the
+grading plan is their union. Run names (the keys of ``result.json``'s ``run_dirs`` and of the
+judge's evidence) come only from here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from harness.launch import Fault
+
+
+class Role(StrEnum):
+    MAIN = "main"  # the submission as the manifest runs it
+    WORLD_SIZE = "ws"  # the submission at another world size (run name ws<N>)
+    RESUME = "resume"  # killed between checkpoints, restarted by torchrun
+    RESUME_SAVE = "resume_save"  # killed half-way through a checkpoint write, restarted
+    REFERENCE = "reference"  # the reference solution, cached per machine
+
+
+RESTARTED = (Role.RESUME, Role.RESUME_SAVE)
+
+
+def run_name(role: Role, nproc: int | None = None) -> str:
+    return f"{Role.WORLD_SIZE}{nproc}" if role is Role.WORLD_SIZE else str(role)
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One launch of the submission that a check needs."""
+
+    role: Role
+    nproc: int
+    max_restarts: int = 0
+    faults: tuple[Fault, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()  # extra environment, e.g. parameter fingerprints on
+
+    @property
+    def name(self) -> str:
+        return run_name(self.role, self.nproc)
+
+    def launch_settings(self) -> dict:
+        return {"nproc": self.nproc, "max_restarts": self.max_restarts, "faults": list(self.faults),
+                "env": dict(self.env)}
+
+
+FINGERPRINTS = (("TRAINWRECK_FINGERPRINT", "1"),)  # per-step parameter fingerprints in the records
+
+
+@dataclass
+class Plan:
+    """The runs of one grading, in the order they launch (main first), and whether the reference
+    run is needed."""
+
+    runs: dict[str, RunRequest] = field(default_factory=dict)
+    reference: bool = False
+
+    def add(self, req: RunRequest) -> None:
+        """The first request of a name sets its launch; later ones may only add environment (a
+        check that needs fingerprints in a run another check asked for)."""
+        have = self.runs.get(req.name)
+        if have is None:
+            self.runs[req.name] = req
+        elif req.env:
+            merged = dict(have.env) | dict(req.env)
+            self.runs[req.name] = RunRequest(have.role, have.nproc, have.max_restarts, have.faults,
+                                             tuple(sorted(merged.items())))
