@@ -3,13 +3,13 @@ SWE-bench's spoofed-output tests do): none may pass, and each fails for the reas
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 from grader.exercises import find
 from grader.grade import GradeOptions, grade, regrade
+from grader.result import GradeResult
 
 pytestmark = pytest.mark.slow
 
@@ -57,7 +57,7 @@ def graded(tmp_path, ws):
 
 
 def verdicts(res):
-    return {c["name"]: c["passed"] for c in res["checks"]}
+    return {c.name: c.passed for c in res.checks}
 
 
 CASES = {
@@ -89,21 +89,21 @@ CASES = {
 def test_gaming_does_not_pass(tmp_path, case):
     script, extra, must_fail = CASES[case]
     res = graded(tmp_path, submission(tmp_path, script, extra))
-    assert not res["passed"] and res["score"] == 0 and not res["environment_failure"]
+    assert not res.passed and res.score == 0 and not res.environment_failure
     v = verdicts(res)
     for name in must_fail:
-        assert v[name] is False, (case, name, [c["message"] for c in res["checks"]])
+        assert v[name] is False, (case, name, [c.message for c in res.checks])
 
 
 def test_honest_fix_passes_and_regrading_agrees(tmp_path):
     res = graded(tmp_path, submission(tmp_path, FIXED))
-    assert res["passed"] and res["score"] == 1.0
-    again = regrade(Path(res["out_dir"]) / "result.json", EX)
-    assert verdicts(again) == verdicts(res) and again["score"] == res["score"]
+    assert res.passed and res.score == 1.0
+    again = regrade(GradeResult.read(res.result_path), EX)
+    assert verdicts(again) == verdicts(res) and again.score == res.score
 
 
 def test_broken_fails_for_the_leak_alone(tmp_path):
     res = grade(EX, GradeOptions(kind="broken", out_dir=tmp_path / "out"))
     assert verdicts(res) == {"completes": True, "memory_flat": False, "matches_reference": True,
                              "workload_intact": True, "checkpoint_valid": True}
-    assert "MB per step" in next(c["message"] for c in res["checks"] if c["name"] == "memory_flat")
+    assert "MB per step" in res.check("memory_flat").message

@@ -89,9 +89,9 @@ def test_disabled_or_partial_fixes_do_not_pass(tmp_path, case):
     ws.mkdir()
     (ws / "train.py").write_text(script)
     res = grade(EX, GradeOptions(kind="workspace", workspace=ws, out_dir=tmp_path / "out"))
-    checks = {c["name"]: c for c in res["checks"]}
-    assert not res["passed"] and not res["environment_failure"], [c["message"] for c in res["checks"]]
+    checks = {c.name: c for c in res.checks}
+    assert not res.passed and not res.environment_failure, [c.message for c in res.checks]
     for name, says in must_fail.items():
-        assert not checks[name]["passed"] and says in checks[name]["message"], (name, checks[name]["message"])
+        assert not checks[name].passed and says in checks[name].message, (name, checks[name].message)
     for name in must_pass:
-        assert checks[name]["passed"], (name, checks[name]["message"])
+        assert checks[name].passed, (name, checks[name].message)

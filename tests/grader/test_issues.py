@@ -15,14 +15,14 @@ from grader.checks import Context, run_check
 from grader.evidence import load_run
 from grader.exercises import find
 from grader.grade import GradeOptions, grade
-from grader.manifest import (Issue, ManifestError, MatchesReference, SamplePartition, WorkloadIntact,
-                             load_manifest)
+from grader.manifest import ManifestError, load_manifest
 from grader.record import METRICS_COLUMNS, metrics_csv
-from grader.scoring import score
+from grader.result import GradeResult, SubmissionInfo
+from grader.scoring import IssueVerdict, score
 from grader.verify import issue_problems
 from tests.conftest import REPO
 from tests.grader.builders import make_run
-from tests.grader.test_checks import _M, W, epochs, perm
+from tests.grader.fakes import FakeManifest, W, epochs, perm, spec
 
 SLUG = "incident-multi"
 VARIANTS = Path(__file__).parent / "data" / "incident_multi"
@@ -87,59 +87,6 @@ def test_issues_are_optional(tmp_path):
     assert m.issues == []
 
 
-# --- scoring -------------------------------------------------------------------------------------
-
-class _C:
-    def __init__(self, name, passed, required=True, weight=1.0, environment=False):
-        self.name, self.passed, self.required, self.weight, self.environment = name, passed, required, weight, environment
-
-
-ISSUES = [Issue(name="order", title="t", checks=["sample_partition", "matches_reference"]),
-          Issue(name="leak", title="t", checks=["memory_flat"]),
-          Issue(name="end", title="t", checks=["completes", "checkpoint_valid"])]
-ALL = ["sample_partition", "matches_reference", "memory_flat", "completes", "checkpoint_valid", "workload_intact"]
-
-
-def _checks(failing=(), **extra):
-    return [_C(n, n not in failing) for n in ALL] + [_C(n, p) for n, p in extra.items()]
-
-
-@pytest.mark.parametrize("checks, issues, passed, value, fixed, gate", [
-    (_checks(), ISSUES, True, 1.0, ["order", "leak", "end"], []),
-    (_checks(["sample_partition", "matches_reference", "memory_flat", "completes", "checkpoint_valid"]),
-     ISSUES, False, 0.0, [], []),
-    # one fix each: credit for exactly that issue, though required checks of the others fail
-    (_checks(["memory_flat", "completes", "checkpoint_valid"]), ISSUES, False, 0.3333, ["order"], []),
-    (_checks(["sample_partition", "matches_reference", "completes", "checkpoint_valid"]), ISSUES, False,
-     0.3333, ["leak"], []),
-    # an issue is fixed only when all its checks pass
-    (_checks(["matches_reference"]), ISSUES, False, 0.6667, ["leak", "end"], []),
-    # weights
-    (_checks(["memory_flat", "completes"]), [ISSUES[0].model_copy(update={"weight": 2.0}), *ISSUES[1:]],
-     False, 0.5, ["order"], []),
-    # a required check outside every issue gates: gaming the workload scores 0 however much looks fixed
-    (_checks(["workload_intact"]), ISSUES, False, 0.0, ["order", "leak", "end"], ["workload_intact"]),
-    # so does the environment failure the grader appends
-    ([*_checks(), _C("environment", False, environment=True)], ISSUES, False, 0.0, ["order", "leak", "end"],
-     ["environment"]),
-    # a credit check outside every issue neither gates nor scores
-    ([*_checks(), _C("collectives_per_step", False, required=False)],
-     ISSUES, True, 1.0, ["order", "leak", "end"], []),
-    # a check that never ran (absent from the results) does not fix its issue
-    ([c for c in _checks() if c.name != "checkpoint_valid"], ISSUES, False, 0.6667, ["order", "leak"], []),
-])
-def test_score_by_issue(checks, issues, passed, value, fixed, gate):
-    s = score(checks, issues=issues)
-    assert s.passed is passed and s.score == pytest.approx(value, abs=1e-4) and s.gate == gate
-    assert [v.name for v in s.issues if v.fixed] == fixed
-    assert all(set(v.failed) <= set(v.checks) for v in s.issues)
-
-
-def test_without_issues_scoring_is_unchanged():
-    s = score([_C("a", True), _C("b", False, required=False)])
-    assert s.passed and s.score == 0.5 and s.issues == []
-
-
 @pytest.mark.parametrize("broken_fixed, solution_fixed, says", [
     ([False, False], [True, True], None),
     ([True, False], [True, True], "the broken script already fixes issue 'a'"),
@@ -147,22 +94,23 @@ def test_without_issues_scoring_is_unchanged():
 ])
 def test_verify_wants_every_issue_broken_and_every_issue_fixed(broken_fixed, solution_fixed, says):
     def res(fixed):
-        return {"issues": [{"name": n, "fixed": f, "checks": [c], "failed": [] if f else [c]}
-                           for n, c, f in zip("ab", "xy", fixed)]}
+        return GradeResult(exercise=SLUG, submission=SubmissionInfo(kind="broken"), passed=False, score=0.0,
+                           issues=[IssueVerdict(n, n, 1.0, f, [c], [] if f else [c])
+                                   for n, c, f in zip("ab", "xy", fixed)])
     problems = issue_problems(res(broken_fixed), res(solution_fixed))
     assert (problems == []) if says is None else any(says in p for p in problems), problems
 
 
 def test_json_output_and_console_show_issue_verdicts(capsys):
     from grader import console
-    from grader.cli_grading import _public
+    from tests.grader.test_scoring import ISSUES, _checks
 
     s = score(_checks(["memory_flat"]), issues=ISSUES)
-    res = {"exercise": SLUG, "passed": s.passed, "score": s.score, "environment_failure": False,
-           "checks": [], "issues": [i.to_json() for i in s.issues], "throughput": None,
-           "submission": {"kind": "workspace"}, "environment": {}, "timings": {"total": 1.0}, "out_dir": "x"}
-    assert [(i["name"], i["fixed"]) for i in _public(res)["issues"]] == [("order", True), ("leak", False), ("end", True)]
-    assert set(_public(res)["issues"][0]) == {"name", "title", "fixed", "checks"}
+    res = GradeResult(exercise=SLUG, submission=SubmissionInfo(kind="workspace"), passed=False,
+                      score=0.0, timings={"total": 1.0}, out_dir="x").with_verdict([], s)
+    public = res.to_json()
+    assert [(i["name"], i["fixed"]) for i in public["issues"]] == [("order", True), ("leak", False), ("end", True)]
+    assert {"name", "title", "fixed", "checks", "failed", "weight"} == set(public["issues"][0])
     console.grade_summary(res)
     out = capsys.readouterr().out
     assert "NOT FIXED" in out and "2 of 3 issues fixed" in out and "memory_flat" in out
@@ -175,18 +123,18 @@ def _failed_run(tmp_path, steps=16, killed=()):
     ev = load_run("main", make_run(tmp_path / "main", steps=steps, status="failed", killed=killed,
                                    ledgers=epochs([perm(0), perm(1)]), params=params))
     ref = load_run("reference", make_run(tmp_path / "ref", steps=16, params=params))
-    return Context(_M(steps=16), {"main": ev, "reference": ref})
+    return Context(FakeManifest(steps=16), {"main": ev, "reference": ref})
 
 
 @pytest.mark.parametrize("spec, steps, killed, passed, says", [
-    (SamplePartition(name="sample_partition"), 16, (), True, "the job then ended with status failed"),
-    (SamplePartition(name="sample_partition"), 12, (), False, "stopped before the last of its 16 steps"),
-    (MatchesReference(name="matches_reference"), 16, (), True, "identical"),
-    (MatchesReference(name="matches_reference"), 12, (), False, "stopped before the last"),
-    (WorkloadIntact(name="workload_intact"), 16, (), True, "the job then ended with status failed"),
-    (WorkloadIntact(name="workload_intact"), 12, (), False, "did not complete"),
+    (spec("sample_partition"), 16, (), True, "the job then ended with status failed"),
+    (spec("sample_partition"), 12, (), False, "stopped before the last of its 16 steps"),
+    (spec("matches_reference"), 16, (), True, "identical"),
+    (spec("matches_reference"), 12, (), False, "stopped before the last"),
+    (spec("workload_intact"), 16, (), True, "the job then ended with status failed"),
+    (spec("workload_intact"), 12, (), False, "did not complete"),
     # killed at the end: its steps are there, but the parameter count it trained is not
-    (WorkloadIntact(name="workload_intact"), 16, (1,), False, "rank 1 left no record of the parameters"),
+    (spec("workload_intact"), 16, (1,), False, "rank 1 left no record of the parameters"),
 ])
 def test_checks_judge_a_run_that_failed_after_its_last_step(tmp_path, spec, steps, killed, passed, says):
     c = run_check(spec, _failed_run(tmp_path, steps, killed))
@@ -237,9 +185,9 @@ def test_a_one_fix_variant_earns_credit_for_its_issue_only(tmp_path):
     ws.mkdir()
     shutil.copy(VARIANTS / "fix_order.py", ws / "train.py")
     res = grade(find(SLUG), GradeOptions(kind="workspace", workspace=ws, out_dir=tmp_path / "grade"))
-    assert not res["environment_failure"]
-    assert {i["name"]: i["fixed"] for i in res["issues"]} == {
+    assert not res.environment_failure
+    assert {i.name: i.fixed for i in res.issues} == {
         "replayed-order": True, "memory-growth": False, "end-of-run-failure": False}
-    assert res["score"] == pytest.approx(1 / 3, abs=1e-4) and not res["passed"]
-    verdicts = {c["name"]: c["passed"] for c in res["checks"]}
+    assert res.score == pytest.approx(1 / 3, abs=1e-4) and not res.passed
+    verdicts = {c.name: c.passed for c in res.checks}
     assert verdicts["workload_intact"] and not verdicts["completes"]

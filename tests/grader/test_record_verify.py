@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
 from grader import record as record_mod
+from grader.checks.base import CheckResult
 from grader.exercises import find
+from grader.result import GradeResult, SubmissionInfo
 from grader.verify import static_problems
 from tests.conftest import REPO
 
@@ -80,8 +81,9 @@ def test_verify_grades_the_reference_in_full_and_the_broken_script_quickly(home,
     def fake_grade(ex, opts, progress):
         seen[opts.kind] = opts.quick_throughput
         failed = opts.kind == "broken"
-        return {"environment_failure": False, "passed": not failed, "score": 0.0 if failed else 1.0,
-                "checks": [{"name": n, "passed": not failed, "message": "m"} for n in ex.manifest.broken_fails]}
+        return GradeResult(exercise=ex.slug, submission=SubmissionInfo(kind=opts.kind), passed=not failed,
+                           score=0.0 if failed else 1.0,
+                           checks=[CheckResult(n, not failed, "m") for n in ex.manifest.broken_fails])
 
     monkeypatch.setattr(verify_mod, "grade", fake_grade)
     v = verify_mod.verify(find("memory-leak"), home / "out")

@@ -12,7 +12,7 @@ KEY = "k" * 32
 
 
 def write(path, lines):
-    path.write_text("".join(l + "\n" for l in lines))
+    path.write_text("".join(line + "\n" for line in lines))
 
 
 @pytest.mark.parametrize("lines, valid, forged", [

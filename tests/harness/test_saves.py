@@ -3,8 +3,6 @@ per-file histories (what was complete on disk, when, written by whom)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from harness import rundir

@@ -1,0 +1,168 @@
+"""throughput: interleaved rounds and their figures, the compute bound's fractions from hand-built
+rounds, the spec's ``bound``, that the bound is a protected kit file, and that a grading's result
+carries the fractions (launches replaced by hand-built run dirs)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from grader.evidence import load_run
+from grader.exercises import find, kit_root
+from grader.grade import GradeOptions, grade
+from grader.manifest import ManifestError, load_manifest
+from grader.result import GradeResult
+from grader.submission import assemble
+from grader.throughput import measure, summarize
+from tests.grader.builders import make_run
+
+SLUG = "slow-input-pipeline"
+
+
+class _Ev:
+    def __init__(self, rate: float, status: str = "ok"):
+        self.status = status
+        self.ranks = {0: type("O", (), {"steps_per_s": rate})(), 1: type("O", (), {"steps_per_s": rate})()}
+
+
+def _runner(rates: dict[str, list[float]], status: dict[str, list[str]] | None = None):
+    order: list[tuple[str, str]] = []
+
+    def run(role, tag):
+        n = len([o for o in order if o[0] == role])
+        order.append((role, tag))
+        st = (status or {}).get(role, ["ok"] * 10)[n]
+        return _Ev(rates[role][n], st)
+
+    return run, order
+
+
+@pytest.mark.parametrize("bound, cand, ref, status, want_cand, want_ref", [
+    # per round: the bound's steps/s, the candidate's and the reference's (broken is 10 throughout)
+    ([40, 40, 40], [20, 20, 20], [30, 30, 30], None, 0.5, 0.75),
+    ([40, 50, 20], [20, 20, 20], [20, 25, 20], None, 0.5, 0.5),  # medians of per-round ratios
+    ([40, 40, 40], [60, 60, 60], [30, 30, 30], None, 1.5, 0.75),  # above the bound: reported as is
+    ([0, 40, 40], [20, 20, 30], [30, 30, 30], None, 0.625, 0.75),  # a bound with no steps: round skipped
+    ([0, 0, 0], [20, 20, 20], [30, 30, 30], None, None, None),  # no bound rate at all: no figure
+    ([40, 40, 40], [20, 20, 20], [30, 30, 30], ["failed", "ok", "ok"], 0.5, 0.75),  # failed bound skipped
+    ([40, 40, 40], [20, 20, 20], [30, 30, 30], ["failed"] * 3, None, None),
+    ([40, 40, 40], [0, 0, 0], [30, 30, 30], None, 0.0, 0.75),  # a candidate with no steps: 0, not "no bound"
+])
+def test_fraction_of_the_bound_is_the_median_of_per_round_ratios(bound, cand, ref, status, want_cand, want_ref):
+    rates = {"broken": [10] * 4, "candidate": [5] + cand, "reference": [5] + ref, "bound": bound}
+    run, order = _runner(rates, {"bound": status} if status else None)
+    tp = summarize(measure(run, rounds=3, warmup_rounds=1, bound=True), suspicious_factor=2.0, pass_speedup=2.0,
+                   bound=True)
+    assert tp.fraction_of_bound == (pytest.approx(want_cand) if want_cand is not None else None)
+    assert tp.reference_fraction_of_bound == (pytest.approx(want_ref) if want_ref is not None else None)
+    if want_cand is None:
+        assert "compute bound made no steps" in tp.note and tp.bound_spread is None
+    else:
+        assert "compute bound" not in tp.note
+    # the bound runs in every measured round, after the three others, never in the warm-up
+    assert [r for r, t in order if t == "warmup0"] == ["broken", "candidate", "reference"]
+    assert [r for r, t in order if t == "round1"] == ["broken", "candidate", "reference", "bound"]
+
+
+def test_without_a_bound_nothing_changes():
+    rates = {"broken": [10] * 4, "candidate": [20] * 4, "reference": [30] * 4}
+    run, order = _runner(rates)
+    tp = summarize(measure(run, rounds=3, warmup_rounds=1), suspicious_factor=2.0, pass_speedup=2.0)
+    assert "bound" not in {r for r, _ in order}
+    assert tp.fraction_of_bound is None and tp.reference_fraction_of_bound is None
+    assert tp.speedup == pytest.approx(2.0) and tp.reference_speedup == pytest.approx(3.0)
+
+
+def _exercise_copy(tmp_path: Path) -> Path:
+    d = tmp_path / SLUG
+    d.mkdir()
+    for f in ("exercise.toml", "train.py", "bound.py"):
+        shutil.copy2(kit_root() / "exercises" / SLUG / f, d / f)
+    return d
+
+
+@pytest.mark.parametrize("line, says", [
+    ('bound = "bound.py"', None),
+    ("", None),
+    ('bound = "/tmp/bound.py"', "must be a .py file inside the exercise folder"),
+    ('bound = "../comm-bound/bound.py"', "must be a .py file inside the exercise folder"),
+    ('bound = "bound.sh"', "must be a .py file inside the exercise folder"),
+    ('bound = 3', "bound: Input should be a valid string"),
+    ('bound = "train.py"', "bound: 'train.py' is editable; the bound must be a kit-owned file"),
+    ('bound = "missing.py"', "bound: 'missing.py' is not a file"),
+])
+def test_manifest_bound(tmp_path, line, says):
+    d = _exercise_copy(tmp_path)
+    text = (d / "exercise.toml").read_text()
+    assert 'bound = "bound.py"' in text, "the shipped manifest changed: update this test"
+    (d / "exercise.toml").write_text(text.replace('bound = "bound.py"', line))
+    if says is None:
+        m = load_manifest(d)
+        assert m.throughput.bound == (None if not line else "bound.py")
+        return
+    with pytest.raises(ManifestError) as e:
+        load_manifest(d)
+    msg = str(e.value)
+    assert "\n" not in msg and str(d / "exercise.toml") in msg and says in msg, msg
+
+
+def test_the_bound_is_protected(tmp_path):
+    """A workspace cannot bring its own bound: the kit's copy runs, and an edited one is reported."""
+    ex = find(SLUG)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    shutil.copy2(ex.dir / "train.py", ws / "train.py")
+    (ws / "bound.py").write_text("import time\n")
+    sub = assemble(ex, "workspace", ws, tmp_path / "sub")
+    assert sub.protected_changed == ["bound.py"]
+    assert (sub.dir / "bound.py").read_bytes() == (ex.dir / "bound.py").read_bytes()
+
+
+def test_a_throughput_grading_carries_the_fractions(tmp_path, monkeypatch):
+    ex = find(SLUG)
+    step_dt = {"main": 0.05, "broken": 0.2, "candidate": 0.05, "reference": 0.04, "bound": 0.025}
+    calls = []
+
+    def fake_run_role(ex_, script_dir, run_dir, role, device, nproc, script=None, **kw):
+        calls.append((role, Path(script_dir), script))
+        make_run(Path(run_dir), steps=32, step_dt=step_dt[role])
+        return load_run(role, Path(run_dir))
+
+    def fake_reference(ex_, device, nproc, progress):
+        return load_run("reference", make_run(tmp_path / "ref", steps=32, step_dt=0.04))
+
+    monkeypatch.setattr("grader.grade.run_role", fake_run_role)
+    monkeypatch.setattr("grader.grade.reference_run", fake_reference)
+    res = grade(ex, GradeOptions(kind="solution", out_dir=tmp_path / "out", repeats=2))
+    tp = GradeResult.read(tmp_path / "out" / "result.json").throughput
+    assert tp["fraction_of_bound"] == pytest.approx(0.5) and tp["reference_fraction_of_bound"] == pytest.approx(0.625)
+    assert tp["speedup"] == pytest.approx(4.0) and tp["bound_spread"] == pytest.approx(0.0)
+    check = res.check("throughput")
+    assert "50% of the compute bound's steps/s (reference 62%" in check.message
+    assert check.required is ex.manifest.throughput.required is True  # speed is this exercise's fix
+    # credit is the normalised speedup, once every required correctness check passed (not here: no params)
+    assert not tp["counted"] and check.credit == 0.0 and not check.passed
+    assert res.to_json()["throughput"]["fraction_of_bound"] == pytest.approx(0.5)
+    # the bound ran the kit's bound.py from the kit's own copy of the exercise
+    bound_calls = [(d, s) for r, d, s in calls if r == "bound"]
+    assert len(bound_calls) == 2 and all(s == "bound.py" and d.name == "throughput-broken" for d, s in bound_calls)
+
+
+def test_throughput_is_the_median_of_interleaved_round_ratios():
+    order, rates = [], {"broken": [10, 10, 10, 10], "candidate": [99, 20, 30, 25], "reference": [30, 30, 30, 30]}
+
+    class _Ev:
+        def __init__(self, r):
+            self.ranks = {0: type("O", (), {"steps_per_s": r})(), 1: type("O", (), {"steps_per_s": r + 1})()}
+
+    def run(role, tag):
+        order.append(role)
+        return _Ev(rates[role][len([o for o in order if o == role]) - 1])
+
+    tp = summarize(measure(run, rounds=3, warmup_rounds=1), suspicious_factor=2.0, pass_speedup=2.0)
+    assert order == ["broken", "candidate", "reference"] * 4  # interleaved, warm-up first
+    assert tp.speedup == pytest.approx(2.5) and tp.reference_speedup == pytest.approx(3.0)
+    assert tp.normalized == pytest.approx(0.75) and tp.passed and not tp.suspicious
+    assert tp.spread == pytest.approx((3.0 - 2.0) / 2.5)

@@ -1,0 +1,37 @@
+"""workload_intact: steps, samples, distinct samples, world size, protected files, forged lines."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grader.checks import Context, run_check
+from grader.evidence import load_run
+from tests.grader.fakes import W, ctx_for, epochs, perm, spec
+
+
+@pytest.mark.parametrize("kw, protected, passed, says", [
+    ({"steps": 16, "ledgers": epochs([perm(0), perm(1)])}, [], True, "files as shipped"),
+    ({"steps": 8, "ledgers": epochs([perm(0)])}, [], False, "made 8 optimizer steps"),
+    ({"steps": 16, "ledgers": {0: perm(0)[:32] * 2, 1: perm(0)[32:] * 2}}, [], True, "files as shipped"),
+    ({"steps": 16, "ledgers": {0: list(range(32)) * 2, 1: list(range(32)) * 2}}, [], False, "32 distinct samples"),
+    ({"steps": 16, "ledgers": epochs([perm(0), perm(1)]), "world_size": 1}, [], False, "the exercise runs 2"),
+    ({"steps": 16, "ledgers": epochs([perm(0), perm(1)])}, ["exercise.toml"], False, "protected files differ"),
+])
+def test_workload_intact(tmp_path, kw, protected, passed, says):
+    kw = {**kw, "params": {r: {"w": torch.zeros(3)} for r in range(kw.get("world_size", W))}}
+    ctx = ctx_for(tmp_path, main=kw)
+    ctx.protected_changed = protected
+    c = run_check(spec("workload_intact"), ctx)
+    assert c.passed is passed and says in c.message, c.message
+
+
+def test_workload_intact_fails_on_forged_records(tmp_path):
+    ctx = ctx_for(tmp_path, main={"steps": 16, "ledgers": epochs([perm(0), perm(1)]),
+                                  "params": {r: {"w": torch.zeros(3)} for r in range(W)}})
+    with open(tmp_path / "main" / "ranks" / "0" / "samples.jsonl", "a") as f:
+        f.write('{"a": 0, "ds": "train", "i": 5, "s": 0, "mac": "00000000000000000000000000000000"}\n')
+        f.write('{"a": 0, "ds": "train", "i": 6, "s": 0}\n')
+    ctx = Context(ctx.manifest, {"main": load_run("main", tmp_path / "main")})
+    c = run_check(spec("workload_intact"), ctx)
+    assert not c.passed and "2 record lines in the main run dir were not written by the harness" in c.message

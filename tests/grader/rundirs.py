@@ -1,0 +1,85 @@
+"""The one builder of signed run dirs for tests that judge without launching: records go in per
+rank and file, and ``build()`` writes them signed as the harness would, with the final parameters
+and run.json. Every helper that fakes a run (``make_run`` and the per-check ones) goes through it,
+so a change of the record format changes one place."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness import rundir
+
+KEY = "0123456789abcdef0123456789abcdef"
+
+
+class RunDirBuilder:
+    def __init__(self, root: Path, world_size: int = 2, status: str = "ok", **run_json: Any):
+        self.root = Path(root)
+        self.world_size = world_size
+        self.run_json = {"schema_version": 1, "key": KEY, "status": status, "world_size": world_size,
+                         "wall_s": 1.0, **run_json}
+        self.records: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
+        self.final: dict[int, tuple[dict[str, torch.Tensor], dict[str, Any]]] = {}
+
+    @property
+    def work(self) -> Path:
+        return self.root / "work"
+
+    def add(self, rank: int, file: str, /, **record: Any) -> RunDirBuilder:
+        self.records[(rank, file)].append(record)
+        return self
+
+    def event(self, rank: int, /, **record: Any) -> RunDirBuilder:
+        return self.add(rank, rundir.EVENTS, **record)
+
+    def sample(self, rank: int, index: int, dataset: str = "train", attempt: int = 0, step: int = 0):
+        return self.add(rank, rundir.SAMPLES, a=attempt, ds=dataset, i=index, s=step)
+
+    def save_record(self, rank: int, /, **record: Any) -> RunDirBuilder:
+        return self.add(rank, rundir.SAVES, **record)
+
+    def exit(self, rank: int, params: dict[str, torch.Tensor] | None = None, attempt: int = 0, t: float = 0.0,
+             steps: int = 0, **extra: Any) -> RunDirBuilder:
+        """The rank's exit record; with ``params`` also its final_params.pt, whose sha256 the
+        record carries (as the bootstrap writes them)."""
+        rec = {"kind": "exit", "attempt": attempt, "t": t, "status": "ok", "code": 0, "steps": steps,
+               "error": None, **extra}
+        if params is not None:
+            self.final[rank] = (params, rec)
+        else:
+            self.event(rank, **rec)
+        return self
+
+    def file(self, rel: str, obj: Any = None, raw: bytes | None = None) -> RunDirBuilder:
+        """A file the script left in its working dir."""
+        p = self.work / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if raw is not None:
+            p.write_bytes(raw)
+        else:
+            torch.save(obj, p)
+        return self
+
+    def build(self) -> Path:
+        self.root.mkdir(parents=True, exist_ok=True)
+        for rank, (params, rec) in self.final.items():
+            d = rundir.rank_dir(self.root, rank)
+            d.mkdir(parents=True, exist_ok=True)
+            torch.save(params, d / rundir.FINAL_PARAMS)
+            self.event(rank, **rec, params_sha256=rundir.sha256_file(d / rundir.FINAL_PARAMS),
+                       numel=sum(t.numel() for t in params.values()))
+        self.final = {}
+        for r in range(self.world_size):  # every rank has a dir, even one that wrote nothing
+            rundir.rank_dir(self.root, r).mkdir(parents=True, exist_ok=True)
+        for (rank, file), recs in self.records.items():
+            w = rundir.RecordWriter(rundir.rank_dir(self.root, rank) / file, KEY)
+            for rec in recs:
+                w.write(rec)
+            w.close()
+        self.records.clear()
+        rundir.atomic_write_json(self.root / "run.json", self.run_json)
+        return self.root
