@@ -12,7 +12,7 @@ TORCH_PIP_ARGS ?=
 PY          := $(VENV)/bin/python
 TW          := $(VENV)/bin/trainwreck
 
-.PHONY: setup demo test verify ci bench clean
+.PHONY: setup demo test test-fast lint docs docs-check verify ci bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv --system-site-packages $(VENV)
@@ -30,10 +30,24 @@ demo: setup
 test: setup
 	$(PY) -m pytest
 
+# the tests that launch nothing (no multi-process jobs): under a minute
+test-fast: setup
+	$(PY) -m pytest -m "not slow" -q
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+# docs/cli.md from the commands' real --help; docs-check fails when the committed file has drifted
+docs: setup
+	$(PY) -m grader.clidoc
+
+docs-check: setup
+	$(PY) -m grader.clidoc --check
+
 verify: setup
 	$(TW) verify
 
-ci: test verify
+ci: lint docs-check test verify
 
 bench: setup
 	$(PY) benchmarks/harness_overhead.py

@@ -41,7 +41,7 @@ FAILED: dict[str, int] = {}  # launches that failed and were run again, by launc
 
 
 def timed(cmd: list[str], cwd: Path | None = None, name: str = "") -> tuple[float, float, str]:
-    for attempt in range(3):  # torchrun --standalone itself fails now and then on gloo: run again, say so
+    for _attempt in range(3):  # torchrun --standalone itself fails now and then on gloo: run again, say so
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()
         p = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)

@@ -58,9 +58,9 @@ def main(argv: list[str]) -> int:
     boot.write({"kind": "boot", "attempt": attempt, "t": time.time(), "pid": os.getpid(), "rank": rank})
     boot.close()
 
-    from harness import instrument  # imports torch: after the cheap set-up above
-
     import torch
+
+    from harness import instrument  # imports torch: after the cheap set-up above
 
     rec = instrument.install(run_dir, rank, key, attempt,
                              float(os.environ.get("TRAINWRECK_PG_TIMEOUT", "60")))

@@ -43,10 +43,10 @@ COLLECTIVES = (
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _TORCH = os.path.dirname(os.path.abspath(torch.__file__))
 
-_recorder: "Recorder | None" = None
+_recorder: Recorder | None = None
 
 
-def current() -> "Recorder | None":
+def current() -> Recorder | None:
     """The rank's recorder when running under the harness, else None."""
     return _recorder
 

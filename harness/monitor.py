@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import psutil
 
 from harness import rundir
-
 
 RATE_WINDOW_S = 5.0  # steps/s on the display: over the last few seconds, so a stall shows as 0
 

@@ -146,7 +146,7 @@ def parse_stacks(text: str, script_files: set[str] | None = None) -> dict[str, A
     main = next((t for t in threads if any(f.endswith("harness/bootstrap.py") for f, _, _ in t)),
                 threads[0] if threads else [])
     site = None
-    for f, ln, fn in main:  # most recent call first
+    for f, ln, _fn in main:  # most recent call first
         if script_files is not None and f in script_files:
             site = f"{f}:{ln}"
             break

@@ -29,9 +29,10 @@ import json
 import os
 import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 RUN_SCHEMA_VERSION = 1
 KEY_ENV = "TRAINWRECK_KEY"

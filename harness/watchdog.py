@@ -85,7 +85,7 @@ def _grown(path: Path, size: int) -> bool:
 def _read_from(path: Path, offset: int) -> str:
     if not path.exists():
         return ""
-    with open(path, "r", errors="replace") as f:
+    with open(path, errors="replace") as f:
         f.seek(offset)
         return f.read()
 
