@@ -92,7 +92,6 @@ def main() -> None:
 
     torch.manual_seed(SEED)
     # one corpus, split: the first DATASET_SIZE sequences train, the next VAL_SIZE are held out
-    # (each split is its own named dataset, so reads are accounted per split)
     corpus = dict(size=DATASET_SIZE + VAL_SIZE, seq_len=SEQ_LEN, vocab=VOCAB, seed=SEED)
     train_set = Subset(SyntheticTokens(**corpus, name="train"), range(DATASET_SIZE))
     val_set = Subset(SyntheticTokens(**corpus, name="val"), range(DATASET_SIZE, DATASET_SIZE + VAL_SIZE))

@@ -1,5 +1,5 @@
 """
-Compute bound of train.py, run by the grader beside it (kit-owned: not part of a submission).
+Compute bound of train.py (kit-owned: not part of a submission).
 
 The same model, optimizer, per-rank batches and number of optimizer steps as train.py, with every
 batch decoded and in memory before the first step: no input pipeline and no communication (no

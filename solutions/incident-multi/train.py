@@ -102,7 +102,7 @@ def main() -> None:
     batch_size = GLOBAL_BATCH // world_size
 
     torch.manual_seed(SEED)
-    # one corpus, split three ways (each split is its own named dataset, so reads are accounted per split)
+    # one corpus, split three ways
     corpus = dict(size=DATASET_SIZE + VAL_SIZE + TEST_SIZE, seq_len=SEQ_LEN, vocab=VOCAB, seed=SEED)
     val_end = DATASET_SIZE + VAL_SIZE
     train_set = Subset(SyntheticTokens(**corpus, name="train"), range(DATASET_SIZE))

@@ -64,7 +64,6 @@ def main() -> None:
 
     torch.manual_seed(SEED)
     # one task, split: the first DATASET_SIZE samples train, the next VAL_SIZE are held out
-    # (each split is its own named dataset, so reads are accounted per split)
     task = dict(size=DATASET_SIZE + VAL_SIZE, features=FEATURES, seed=SEED)
     train_set = Subset(SyntheticRegression(**task, name="train"), range(DATASET_SIZE))
     val_set = Subset(SyntheticRegression(**task, name="val"), range(DATASET_SIZE, DATASET_SIZE + VAL_SIZE))
