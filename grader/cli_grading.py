@@ -186,6 +186,6 @@ COMMANDS = [grade_cmd, regrade_cmd, verify_cmd, record_cmd, demo_cmd]
 
 # TEMPORARY (sessions branch): until grader/cli.py's lazy group lists them, register the new
 # command modules here. Each imports nothing heavy at module level.
-from grader.commands import report as _report_cmd, session as _session  # noqa: E402
+from grader.commands import bundle as _bundle, report as _report_cmd, session as _session  # noqa: E402
 
-COMMANDS += [_session.command, _report_cmd.command]
+COMMANDS += [_session.command, _report_cmd.command, _bundle.command]
