@@ -33,7 +33,7 @@ def new_session(store: Store, candidate: str, slugs: list[str], minutes: int | N
     if not slugs:
         raise SessionError("no exercise given; name one or more with --exercise SLUG (see `trainwreck list`)")
     if len(set(slugs)) != len(slugs):
-        raise SessionError(f"--exercise names {', '.join(s for s in slugs if slugs.count(s) > 1)} twice; give each once")
+        raise SessionError(f"--exercise names {', '.join(sorted({s for s in slugs if slugs.count(s) > 1}))} twice; give each once")
     exs = [find(s) for s in slugs]
     for ex in exs:  # a rubric that does not load is an error now, not at scoring time
         for_exercise(ex.manifest, ex.dir / "exercise.toml")
