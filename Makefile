@@ -12,7 +12,7 @@ TORCH_PIP_ARGS ?=
 PY          := $(VENV)/bin/python
 TW          := $(VENV)/bin/trainwreck
 
-.PHONY: setup demo test test-fast lint docs docs-check verify ci bench clean
+.PHONY: setup browser demo test test-fast lint docs docs-check verify ci bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv --system-site-packages $(VENV)
@@ -27,7 +27,14 @@ setup: $(VENV)/.installed
 demo: setup
 	$(TW) demo
 
-test: setup
+# Headless Chromium for the debrief report's browser test (Debian's package; installed only when
+# missing, and only where apt-get exists: elsewhere that test skips and says why).
+browser:
+	@command -v chromium >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1 || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+		echo "chromium could not be installed: the report's browser test will skip" >&2
+
+test: setup browser
 	$(PY) -m pytest
 
 # the tests that launch nothing (no multi-process jobs): under a minute

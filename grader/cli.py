@@ -27,6 +27,9 @@ COMMANDS = {
     "verify": "verify",
     "record": "record",
     "demo": "demo",
+    "session": "session",
+    "report": "report",
+    "bundle": "bundle",
 }
 
 

@@ -12,7 +12,9 @@ KIT_ROOT = Path(__file__).resolve().parent.parent
 
 
 def kit_root() -> Path:
-    return Path(os.environ.get("TRAINWRECK_HOME", KIT_ROOT)).resolve()
+    """The kit's folder (exercises/, solutions/, rubrics/); ``TRAINWRECK_KIT`` points elsewhere (tests,
+    teams with exercises of their own). ``TRAINWRECK_HOME`` is another thing: the user's own state."""
+    return Path(os.environ.get("TRAINWRECK_KIT", KIT_ROOT)).resolve()
 
 
 @dataclass(frozen=True)

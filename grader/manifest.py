@@ -82,6 +82,10 @@ class Manifest(_Strict):
     issues: list[Issue] = []  # when given, the score is the weighted share of issues fixed
     hints: list[str]
     references: list[Reference] = []
+    # the interviewer's rubric (rubrics/<id>.toml); default: debugging, or optimisation where
+    # speed is graded. Extra dimensions (a rubric dimension's fields) are checked by grader.rubric.
+    rubric: str | None = Field(None, pattern=r"^[a-z][a-z0-9_-]*$")
+    rubric_dimensions: list[dict[str, Any]] = []
 
     @field_validator("format_version")
     @classmethod

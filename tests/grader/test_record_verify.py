@@ -19,7 +19,7 @@ from tests.conftest import REPO
 def home(tmp_path, monkeypatch):
     for part in ("exercises", "solutions"):
         shutil.copytree(REPO / part / "memory-leak", tmp_path / part / "memory-leak")
-    monkeypatch.setenv("TRAINWRECK_HOME", str(tmp_path))
+    monkeypatch.setenv("TRAINWRECK_KIT", str(tmp_path))
     return tmp_path
 
 

@@ -57,7 +57,7 @@ def test_malformed_manifest_names_file_field_and_fix(invoke, tmp_path, edit, say
     broken = edit(GOOD)
     assert broken != GOOD, "the shipped manifest changed: update this edit"
     home = _home_with(tmp_path, broken)
-    p = invoke("show", "memory-leak", env={"TRAINWRECK_HOME": str(home)})
+    p = invoke("show", "memory-leak", env={"TRAINWRECK_KIT": str(home)})
     assert p.code == 2
     line = p.err.strip()
     assert "\n" not in line and str(home / "exercises" / "memory-leak" / "exercise.toml") in line and says in line, line
@@ -68,14 +68,14 @@ def test_list_shows_good_exercises_and_warns_about_bad_ones(invoke, tmp_path):
     bad = home / "exercises" / "broken-one"
     bad.mkdir()
     (bad / "exercise.toml").write_text("format_version = 1\n")
-    p = invoke("list", env={"TRAINWRECK_HOME": str(home)})
+    p = invoke("list", env={"TRAINWRECK_KIT": str(home)})
     assert p.code == 0
     assert "memory-leak" in p.out and "broken-one" not in p.out
     assert "broken-one/exercise.toml" in p.err and "Field required" in p.err
 
 
 def test_list_with_no_exercises(invoke, tmp_path):
-    p = invoke("list", env={"TRAINWRECK_HOME": str(tmp_path)})
+    p = invoke("list", env={"TRAINWRECK_KIT": str(tmp_path)})
     assert p.code == 0 and "no exercises found" in p.out
 
 

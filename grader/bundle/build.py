@@ -1,0 +1,163 @@
+"""The candidate bundle: the folder (or ``.tar.gz``) a hiring team sends a candidate before or
+instead of a live session.
+
+What goes in: per exercise the candidate's files (brief, broken scripts, recorded logs, baseline)
+and a DIAGNOSIS.md template; the ``harness`` package and a small launcher (``run.py``: `trainwreck
+run` without the grader); a self-check (``selfcheck.py``) that runs the script and tells pass or
+fail on the checks that need no reference run, using the grader's own check functions and only the
+modules they import.
+
+What stays out: solutions and their NOTES, hints, rubrics, the manifests (they hold the hints and
+every check's thresholds), the compute-bound scripts, and every check that needs the reference.
+The self-check's thresholds (``selfcheck.json``) are those of its own checks only: the memory
+slope limit and warm-up, the sample-partition kill step and padding, and the workload's sizes.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import shutil
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grader.sessions.errors import SessionError
+from grader.sessions.workspace import DIAGNOSIS, candidate_files, diagnosis_template, is_graded
+
+KIT = Path(__file__).resolve().parent / "kit"
+# checks a candidate can run without the reference solution's run (in this order)
+SELF_CHECKS = ("completes", "sample_partition", "memory_flat", "workload_intact")
+# the grader modules the self-check imports; their own kit-internal imports are followed
+SEEDS = ["grader.evidence", "grader.checks.base", *[f"grader.checks.{m}" for m in SELF_CHECKS]]
+# importing grader.checks.<x> runs grader/checks/__init__.py, whose registry imports every check
+# (those that need the reference too): the bundle gets a stub in its place
+STUBS = {"grader.checks": '"""The checks the candidate self-check runs (the bundle holds only these)."""\n'}
+
+
+@dataclass
+class BundleResult:
+    path: Path
+    exercises: list[str]
+    files: int
+    bytes: int
+    listing: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"bundle": str(self.path), "exercises": self.exercises, "files": self.files, "bytes": self.bytes,
+                "listing": self.listing}
+
+
+def _module_file(root: Path, name: str) -> Path | None:
+    base = root / Path(*name.split("."))
+    if (base / "__init__.py").is_file():
+        return base / "__init__.py"
+    if base.with_suffix(".py").is_file():
+        return base.with_suffix(".py")
+    return None
+
+
+def import_closure(root: Path, seeds: list[str], stubs: dict[str, str]) -> dict[str, Path | None]:
+    """Kit modules (``grader.*``, ``harness.*``) the seeds import, transitively, with their
+    packages' ``__init__``; a stubbed module maps to None and its imports are not followed."""
+    out: dict[str, Path | None] = {}
+    todo = list(seeds)
+    while todo:
+        name = todo.pop()
+        parts = name.split(".")
+        for i in range(1, len(parts)):  # parent packages run first
+            pkg = ".".join(parts[:i])
+            if pkg not in out:
+                todo.append(pkg)
+        if name in out:
+            continue
+        if name in stubs:
+            out[name] = None
+            continue
+        path = _module_file(root, name)
+        if path is None:
+            continue
+        out[name] = path
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                todo += [a.name for a in node.names if a.name.split(".")[0] in ("grader", "harness")]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
+                    and node.module.split(".")[0] in ("grader", "harness"):
+                todo.append(node.module)
+                todo += [f"{node.module}.{a.name}" for a in node.names if _module_file(root, f"{node.module}.{a.name}")]
+    return out
+
+
+def selfcheck_spec(ex) -> dict[str, Any]:
+    """What the self-check needs of one exercise, and nothing else of its manifest."""
+    m = ex.manifest
+    shipped = candidate_files(ex.dir, m)
+    return {
+        "slug": m.slug, "title": m.title, "entry": m.entry, "editable": list(m.editable),
+        "world_size": m.world_size, "run": m.run.model_dump(), "workload": m.workload.model_dump(),
+        "checks": [c.model_dump() for c in m.checks if c.name in SELF_CHECKS],
+        "protected": {str(rel): hashlib.sha256((ex.dir / rel).read_bytes()).hexdigest()
+                      for rel in shipped if rel.suffix == ".py" and str(rel) not in m.editable},
+    }
+
+
+def build(slugs: list[str], out: Path) -> BundleResult:
+    from grader.exercises import find, kit_root
+
+    if not slugs:
+        raise SessionError("no exercise given; name one or more slugs (see `trainwreck list`)")
+    out = Path(out).resolve()
+    archive = out.name.endswith(".tar.gz")
+    folder = Path(tempfile.mkdtemp(prefix="bundle-", dir=out.parent if out.parent.exists() else None)) if archive else out
+    if not archive and out.exists() and any(out.iterdir()):
+        raise SessionError(f"{out} already exists and is not empty; give a new folder or a .tar.gz path with --out")
+    exs = [find(s) for s in dict.fromkeys(slugs)]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        specs = {}
+        for ex in exs:
+            dest = folder / "exercises" / ex.slug
+            for rel in candidate_files(ex.dir, ex.manifest):
+                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(ex.dir / rel, dest / rel)
+            (dest / DIAGNOSIS).write_text(diagnosis_template(ex.manifest.title, ex.slug), encoding="utf-8")
+            if is_graded(ex.manifest):
+                specs[ex.slug] = selfcheck_spec(ex)
+        (folder / "selfcheck.json").write_text(json.dumps({"format": 1, "exercises": specs}, indent=2) + "\n",
+                                               encoding="utf-8")
+        root = kit_root()
+        for p in sorted((root / "harness").rglob("*.py")):
+            rel = p.relative_to(root)
+            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(p, folder / rel)
+        for name, path in import_closure(root, SEEDS, STUBS).items():
+            if not name.startswith("grader"):
+                continue  # the whole harness is there already
+            dest = folder / Path(*name.split("."))
+            dest = dest / "__init__.py" if (path is None or path.name == "__init__.py") else dest.with_suffix(".py")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if path is None:
+                dest.write_text(STUBS[name], encoding="utf-8")
+            else:
+                shutil.copy2(path, dest)
+        for f in ("run.py", "selfcheck.py"):
+            shutil.copy2(KIT / f, folder / f)
+        readme = (KIT / "README.md").read_text(encoding="utf-8")
+        listing_ex = "\n".join(f"- `{ex.slug}`: {ex.manifest.title} ({ex.manifest.minutes} min): "
+                               f"`exercises/{ex.slug}/BRIEF.md`" for ex in exs)
+        (folder / "README.md").write_text(readme.replace("{{exercises}}", listing_ex), encoding="utf-8")
+        listing = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+        if archive:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            top = out.name[: -len(".tar.gz")]
+            with tarfile.open(out, "w:gz") as tar:
+                for rel in listing:
+                    tar.add(folder / rel, arcname=f"{top}/{rel}", recursive=False)
+        size = out.stat().st_size if archive else sum((folder / r).stat().st_size for r in listing)
+    finally:
+        if archive:
+            shutil.rmtree(folder, ignore_errors=True)
+    return BundleResult(out, [ex.slug for ex in exs], len(listing), size, listing)

@@ -1,0 +1,148 @@
+"""``trainwreck session new | show | score | list | close``: the interviewer's side of a live work
+sample, recorded in the session store (SQLite; ``--db``, default ``$TRAINWRECK_HOME/sessions.db``
+or ``~/.trainwreck/sessions.db``)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from grader import console
+from grader import console_sessions as show
+
+db_option = click.option("--db", type=click.Path(path_type=Path), envvar="TRAINWRECK_DB", default=None,
+                         help="The session database (default $TRAINWRECK_HOME/sessions.db, else ~/.trainwreck/sessions.db).")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+
+
+def _store(db):
+    from grader.sessions.store import Store
+
+    return Store.open(db)
+
+
+@click.group("session")
+def command() -> None:
+    """Interview sessions: workspaces, attempts, rubric scores, the feedback round."""
+
+
+@command.command("new")
+@click.option("--candidate", required=True, help="The candidate's name.")
+@click.option("--exercise", "exercises", multiple=True, required=True, help="An exercise slug (repeat for more).")
+@click.option("--minutes", type=click.IntRange(min=1), default=None, help="Time budget (default: the exercises' own).")
+@click.option("--dir", "root", type=click.Path(path_type=Path), default=None,
+              help="Where the workspaces go, one folder per exercise (default ./session-<id>).")
+@db_option
+@json_option
+def new_cmd(candidate, exercises, minutes, root, db, as_json):
+    """Make one workspace per exercise for CANDIDATE and start the clock."""
+    from grader.sessions.lifecycle import new_session
+
+    with _store(db) as store:
+        session, exs = new_session(store, candidate, list(exercises), minutes, root)
+        if as_json:
+            console.emit_json({"session": session.id, "db": str(store.path), "candidate": session.candidate,
+                               "minutes": session.minutes, "started_at": session.started_at,
+                               "workspaces": [sx.workspace for sx in exs],
+                               "exercises": [sx.to_json() for sx in exs]})
+        else:
+            show.session_created(session, exs)
+
+
+@command.command("show")
+@click.argument("session")
+@click.option("--watch", type=click.FloatRange(min=0.5), default=None, metavar="SECONDS",
+              help="Redraw every SECONDS until Ctrl-C.")
+@db_option
+@json_option
+def show_cmd(session, watch, db, as_json):
+    """The live view: clock, attempts, checks flipping between attempts, the follow-ups to ask."""
+    from grader.sessions.live import session_view
+
+    with _store(db) as store:
+        while True:
+            view = session_view(store, session)
+            if as_json:
+                console.emit_json(view.to_json())
+            else:
+                if watch:
+                    console.out.clear()
+                show.session_view(view)
+            if not watch or as_json:
+                return
+            time.sleep(watch)
+
+
+@command.command("score")
+@click.argument("session")
+@click.option("--interviewer", required=True, help="Who is scoring (each interviewer scores independently).")
+@click.option("--exercise", default=None, help="Which exercise (needed when the session has several).")
+@click.option("--file", "sheet_file", type=click.Path(path_type=Path), default=None,
+              help="A TOML or JSON score sheet (levels, notes, feedback); without it, asked interactively.")
+@db_option
+@json_option
+def score_cmd(session, interviewer, exercise, sheet_file, db, as_json):
+    """Rubric levels per leaf, notes, and the feedback round (strength, improvement, revision outcome)."""
+    from grader.sessions.calibration import calibrate
+    from grader.sessions.live import exercise_view
+    from grader.sessions.scoresheet import clean, interactive, read_file, sheet_from_data
+
+    with _store(db) as store:
+        s = store.session(session)
+        data = read_file(sheet_file) if sheet_file else None
+        slug = exercise or (data or {}).get("exercise")
+        sx = store.exercise(s.id, slug)
+        ev = exercise_view(store, s, sx)
+        questions = [f.followup.question for f in ev.followups]
+        who = clean(interviewer)
+        if not who:
+            raise click.UsageError("--interviewer is empty; give the interviewer's name")
+        if data is not None:
+            sheet = sheet_from_data(data, ev.rubric, s.id, sx.slug, who, questions, where=str(sheet_file))
+        else:
+            previous = next((sh for sh in ev.sheets if sh.interviewer == who), None)
+            sheet = interactive(ev.rubric, s.id, sx.slug, who, questions,
+                                ask=lambda text, default="": click.prompt(text, default=default, show_default=bool(default)),
+                                say=console.info, previous=previous)
+        store.save_sheet(sheet)
+        cal = calibrate(ev.rubric, store.sheets(s.id, sx.slug))
+        if as_json:
+            console.emit_json({"session": s.id, "sheet": sheet.to_json(),
+                               "scores": ev.rubric.score(sheet.level_map()), "calibration": cal.to_json()})
+        else:
+            show.sheet_saved(sheet, ev.rubric)
+            show.calibration(cal, sx.slug)
+
+
+@command.command("list")
+@click.option("--open", "open_only", is_flag=True, help="Only sessions not yet closed.")
+@db_option
+@json_option
+def list_cmd(open_only, db, as_json):
+    """Every session in the database."""
+    with _store(db) as store:
+        sessions = store.sessions(open_only)
+        counts = {s.id: len(store.attempts(s.id)) for s in sessions}
+        if as_json:
+            console.emit_json({"db": str(store.path),
+                               "sessions": [{**s.to_json(), "attempts": counts[s.id]} for s in sessions]})
+        else:
+            show.session_list(sessions, counts)
+
+
+@command.command("close")
+@click.argument("session")
+@db_option
+@json_option
+def close_cmd(session, db, as_json):
+    """Stop the clock and keep the candidate's DIAGNOSIS.md in the store; later gradings are not recorded."""
+    from grader.sessions.lifecycle import close_session
+
+    with _store(db) as store:
+        s = close_session(store, session)
+        if as_json:
+            console.emit_json(s.to_json())
+        else:
+            console.text(f"closed session {s.id} ({s.candidate}) after {show.mmss(s.elapsed_s())}")

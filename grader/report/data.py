@@ -1,0 +1,221 @@
+"""Everything a debrief shows, gathered from the session store (attempts carry their result.json
+and the per-step figures taken when they were recorded), so a report regenerates from the
+database alone. Templates only lay it out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from grader.rubric import Rubric
+from grader.sessions.calibration import Calibration, calibrate
+from grader.sessions.live import ExerciseView, SessionView, session_view
+from grader.sessions.models import Attempt, Session
+from grader.sessions.models import now as models_now
+from grader.sessions.store import Store
+
+PLOTS = ("loss", "memory", "step_times", "throughput")
+PLOT_TITLES = {"loss": "Loss against the reference", "memory": "Memory per rank over steps",
+               "step_times": "Step-time distribution", "throughput": "Throughput rounds"}
+
+
+@dataclass
+class Plot:
+    key: str
+    title: str
+    svg: str | None
+    missing: str = ""  # why there is no plot
+
+
+@dataclass
+class TimelineEntry:
+    attempt: Attempt
+    offset_s: float  # since the session's clock started
+    added: int
+    removed: int
+
+
+@dataclass
+class InterviewerScore:
+    level: float | None  # a leaf's level or a parent's weighted mean
+    descriptor: str  # the leaf's descriptor at that level
+    note: str
+
+
+@dataclass
+class DimensionRow:
+    id: str
+    title: str
+    depth: int
+    leaf: bool
+    question: str
+    weight: float
+    levels: list[str]
+    strong_answer: str | None
+    by: dict[str, InterviewerScore]
+    spread: float | None
+    status: str
+
+
+@dataclass
+class ExerciseReport:
+    view: ExerciseView
+    rubric: Rubric
+    timeline: list[TimelineEntry]
+    plots: list[Plot]
+    calibration: Calibration
+    dimensions: list[DimensionRow]
+    diagnosis: str | None
+    latest_checks: list[dict[str, Any]] = field(default_factory=list)
+    latest_result: dict[str, Any] | None = None
+
+    @property
+    def slug(self) -> str:
+        return self.view.exercise.slug
+
+
+@dataclass
+class Report:
+    session: Session
+    clock: dict[str, Any]
+    exercises: list[ExerciseReport]
+    generated_at: str
+    db: str
+
+
+def _offset(session: Session, iso: str) -> float:
+    from grader.sessions.models import parse_time
+
+    return (parse_time(iso) - parse_time(session.started_at)).total_seconds()
+
+
+def _diffstat(diff: str) -> tuple[int, int]:
+    lines = diff.splitlines()
+    return (sum(1 for x in lines if x.startswith("+") and not x.startswith("+++")),
+            sum(1 for x in lines if x.startswith("-") and not x.startswith("---")))
+
+
+def _plots(view: ExerciseView, with_pixels: bool) -> list[Plot]:
+    done = [a for a in view.done if a.series]
+    latest = done[-1] if done else None
+    if not view.exercise.graded:
+        return []
+    if not with_pixels:
+        return [Plot(k, PLOT_TITLES[k], None, "") for k in PLOTS]
+    from grader.report import plots  # matplotlib: only when pixels are wanted
+
+    out = []
+    main = (latest.series or {}).get("main") if latest else None
+    ref = (latest.series or {}).get("reference") if latest else None
+    if latest is None:
+        why = "no attempt recorded its runs"
+        return [Plot(k, PLOT_TITLES[k], None, why) for k in PLOTS]
+    svg = plots.loss(main, ref, f"attempt {latest.n}")
+    out.append(Plot("loss", PLOT_TITLES["loss"], svg, "" if svg else "no loss recorded"))
+    runs = [(f"attempt {a.n}", (a.series or {}).get("main")) for a in ([done[0], latest] if len(done) > 1 else [latest])]
+    svg = plots.memory(runs)
+    out.append(Plot("memory", PLOT_TITLES["memory"], svg, "" if svg else "no memory samples recorded"))
+    runs = [(f"#{a.n}", (a.series or {}).get("main")) for a in done]
+    if ref and "ranks" in ref:
+        runs.append(("reference", ref))
+    svg = plots.step_times(runs)
+    out.append(Plot("step_times", PLOT_TITLES["step_times"], svg, "" if svg else "no step times recorded"))
+    tp = (latest.result or {}).get("throughput")
+    svg = plots.throughput(tp)
+    out.append(Plot("throughput", PLOT_TITLES["throughput"], svg,
+                    "" if svg else "this exercise has no throughput check" if tp is None else "no measured rounds"))
+    return out
+
+
+def _dimensions(rubric: Rubric, view: ExerciseView, cal: Calibration) -> list[DimensionRow]:
+    scored = {sh.interviewer: rubric.score({k: v for k, v in sh.level_map().items()
+                                            if rubric.dimension(k) and rubric.dimension(k).is_leaf
+                                            and v in rubric.levels})
+              for sh in view.sheets}
+    agreement = {d.id: d for d in cal.dimensions}
+    rows = []
+    for d, depth, _ in rubric.walk():
+        by = {}
+        for sh in view.sheets:
+            level = scored[sh.interviewer].get(d.id)
+            note = sh.levels[d.id].note if d.id in sh.levels else ""
+            desc = d.descriptor(int(level)) if (level is not None and d.is_leaf) else ""
+            by[sh.interviewer] = InterviewerScore(level, desc, note)
+        a = agreement.get(d.id)
+        rows.append(DimensionRow(d.id, d.title, depth, d.is_leaf, d.question, d.weight, list(d.levels),
+                                 d.strong_answer, by, a.spread if a else None, a.status if a else "unscored"))
+    return rows
+
+
+def exercise_report(session: Session, view: ExerciseView, with_pixels: bool = True) -> ExerciseReport:
+    rubric = view.rubric
+    timeline = []
+    for a in view.attempts:
+        plus, minus = _diffstat(a.diff)
+        timeline.append(TimelineEntry(a, _offset(session, a.started_at), plus, minus))
+    cal = calibrate(rubric, view.sheets)
+    latest = view.latest
+    return ExerciseReport(view=view, rubric=rubric, timeline=timeline, plots=_plots(view, with_pixels),
+                          calibration=cal, dimensions=_dimensions(rubric, view, cal),
+                          diagnosis=view.exercise.diagnosis,
+                          latest_checks=list((latest.result or {}).get("checks", [])) if latest else [],
+                          latest_result=latest.result if latest else None)
+
+
+def gather(store: Store, ref: str, with_pixels: bool = True) -> Report:
+    sv: SessionView = session_view(store, ref)
+    return Report(sv.session, sv.clock(), [exercise_report(sv.session, ev, with_pixels) for ev in sv.exercises],
+                  models_now(), str(store.path))
+
+
+# ---- several candidates on the same exercise ---------------------------------------------------
+@dataclass
+class CompareRow:
+    session: Session
+    exercise: ExerciseReport
+    first_pass_s: float | None  # time from the clock's start to the first passing attempt
+    mean_overall: float | None  # mean over interviewers of the whole-rubric score
+    top: dict[str, float | None]  # top-level dimension -> mean over interviewers
+
+
+@dataclass
+class Comparison:
+    slug: str
+    title: str
+    rubric: Rubric
+    checks: list[str]
+    rows: list[CompareRow]
+    generated_at: str
+
+
+def compare(store: Store, refs: list[str], slug: str | None = None) -> Comparison:
+    from grader.sessions.errors import SessionError
+
+    sessions = [store.session(r) for r in refs]
+    if slug is None:
+        common = set.intersection(*[{sx.slug for sx in store.exercises(s.id)} for s in sessions])
+        if len(common) != 1:
+            raise SessionError(f"the sessions share {len(common)} exercises ({', '.join(sorted(common)) or 'none'}); "
+                               "name the one to compare with --exercise")
+        slug = common.pop()
+    rows, checks = [], []
+    rubric = None
+    for s in sessions:
+        sv = session_view(store, s.id)
+        ev = next((e for e in sv.exercises if e.exercise.slug == slug), None)
+        if ev is None:
+            raise SessionError(f"session {s.id} ({s.candidate}) has no exercise {slug!r}; compare sessions on the same exercise")
+        er = exercise_report(s, ev, with_pixels=False)
+        rubric = rubric or er.rubric
+        first = next((a for a in ev.done if a.passed), None)
+        overall = [v for v in er.calibration.overall.values() if v is not None]
+        top = {}
+        for d in er.rubric.dimensions:
+            vals = [x for x in (row.by[w].level for row in er.dimensions if row.id == d.id for w in row.by) if x is not None]
+            top[d.id] = sum(vals) / len(vals) if vals else None
+        for c in er.latest_checks:
+            if c["name"] not in checks:
+                checks.append(c["name"])
+        rows.append(CompareRow(s, er, _offset(s, first.started_at) if first else None,
+                               sum(overall) / len(overall) if overall else None, top))
+    return Comparison(slug, rows[0].exercise.view.exercise.title, rubric, checks, rows, models_now())

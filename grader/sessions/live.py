@@ -1,0 +1,108 @@
+"""What the interviewer watches during a session, and what the debrief starts from: per
+exercise, the attempts, each check's verdict across attempts (and where it flipped), and the
+follow-up questions the evidence calls for. Built from the store alone."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from grader.rubric import Rubric, Selected, exercise_followups, find_rubric, for_exercise
+from grader.sessions.models import Attempt, ScoreSheet, Session, SessionExercise
+from grader.sessions.store import Store
+
+
+@dataclass
+class CheckRow:
+    name: str
+    verdicts: list[bool | None]  # per attempt, oldest first; None: not in that attempt's result
+    flips: list[int] = field(default_factory=list)  # attempt numbers where the verdict changed
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "verdicts": self.verdicts, "flips": self.flips}
+
+
+@dataclass
+class ExerciseView:
+    exercise: SessionExercise
+    rubric: Rubric
+    attempts: list[Attempt]
+    checks: list[CheckRow]
+    followups: list[Selected]
+    sheets: list[ScoreSheet]
+
+    @property
+    def done(self) -> list[Attempt]:
+        return [a for a in self.attempts if a.status == "done"]
+
+    @property
+    def latest(self) -> Attempt | None:
+        return self.done[-1] if self.done else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"exercise": self.exercise.slug, "title": self.exercise.title, "graded": self.exercise.graded,
+                "workspace": self.exercise.workspace, "rubric": self.rubric.id,
+                "attempts": [a.to_json() for a in self.attempts],
+                "checks": [c.to_json() for c in self.checks],
+                "followups": [{"question": s.followup.question, "because": s.because,
+                               "strong_answer": s.followup.strong_answer} for s in self.followups],
+                "scored_by": [s.interviewer for s in self.sheets]}
+
+
+@dataclass
+class SessionView:
+    session: Session
+    exercises: list[ExerciseView]
+
+    def clock(self) -> dict[str, Any]:
+        elapsed = self.session.elapsed_s()
+        budget = self.session.minutes * 60
+        return {"elapsed_s": round(elapsed), "budget_s": budget, "remaining_s": round(budget - elapsed),
+                "overrun": elapsed > budget, "closed": self.session.closed}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"session": self.session.to_json(), "clock": self.clock(),
+                "exercises": [e.to_json() for e in self.exercises]}
+
+
+def check_rows(attempts: list[Attempt]) -> list[CheckRow]:
+    done = [a for a in attempts if a.status == "done" and a.result]
+    names: list[str] = []
+    for a in done:
+        for c in a.result.get("checks", []):
+            if c["name"] not in names:
+                names.append(c["name"])
+    rows = []
+    for name in names:
+        verdicts = [a.checks().get(name) for a in done]
+        flips = [done[i].n for i in range(1, len(done))
+                 if verdicts[i] is not None and verdicts[i - 1] is not None and verdicts[i] != verdicts[i - 1]]
+        rows.append(CheckRow(name, verdicts, flips))
+    return rows
+
+
+def exercise_rubric(sx: SessionExercise) -> Rubric:
+    """The rubric as the exercise names it now (extra dimensions merged), or the one recorded
+    when the session was made if the exercise is no longer in the kit."""
+    from grader.errors import ManifestError
+    from grader.exercises import find
+
+    try:
+        ex = find(sx.slug)
+    except ManifestError:
+        return find_rubric(sx.rubric_id)
+    return for_exercise(ex.manifest, ex.dir / "exercise.toml")
+
+
+def exercise_view(store: Store, session: Session, sx: SessionExercise) -> ExerciseView:
+    rubric = exercise_rubric(sx)
+    attempts = store.attempts(session.id, sx.slug)
+    results = [a.result for a in attempts if a.status == "done" and a.result]
+    followups = rubric.select_followups(results, exercise_followups(sx.slug))
+    return ExerciseView(sx, rubric, attempts, check_rows(attempts), followups, store.sheets(session.id, sx.slug))
+
+
+def session_view(store: Store, ref: str) -> SessionView:
+    session = store.session(ref)
+    store.reap(session.id)
+    return SessionView(session, [exercise_view(store, session, sx) for sx in store.exercises(session.id)])

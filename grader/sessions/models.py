@@ -1,0 +1,134 @@
+"""Typed rows of the session store. Times are ISO 8601 strings in UTC (what SQLite stores)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+ATTEMPT_STATUSES = ("running", "done", "error", "interrupted")
+REVISION_OUTCOMES = ("improved", "partly", "unchanged", "worse", "not-attempted")
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def parse_time(s: str) -> datetime:
+    return datetime.fromisoformat(s)
+
+
+@dataclass(frozen=True)
+class Session:
+    id: str
+    candidate: str
+    created_at: str
+    started_at: str
+    minutes: int
+    root: str  # the folder holding one workspace per exercise
+    closed_at: str | None = None
+
+    @property
+    def closed(self) -> bool:
+        return self.closed_at is not None
+
+    def elapsed_s(self, at: datetime | None = None) -> float:
+        end = parse_time(self.closed_at) if self.closed_at else (at or datetime.now(UTC))
+        return max((end - parse_time(self.started_at)).total_seconds(), 0.0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "elapsed_s": round(self.elapsed_s(), 1)}
+
+
+@dataclass(frozen=True)
+class SessionExercise:
+    session_id: str
+    slug: str
+    position: int
+    workspace: str
+    rubric_id: str
+    graded: bool  # False: a scenario scored by the interviewer alone, no attempts
+    title: str = ""
+    diagnosis: str | None = None  # the candidate's DIAGNOSIS.md, as last captured
+    diagnosis_at: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    id: int
+    session_id: str
+    slug: str
+    n: int  # 1, 2, ... per exercise
+    started_at: str
+    status: str  # running | done | error | interrupted
+    submission_sha256: str
+    files: dict[str, str]  # the editable files as graded
+    diff: str  # unified diff against the previous attempt's files (against the exercise as shipped for the first)
+    finished_at: str | None = None
+    result_path: str | None = None
+    result: dict[str, Any] | None = None  # result.json as written by the grading
+    passed: bool | None = None
+    score: float | None = None
+    error: str | None = None
+    pid: int | None = None
+    host: str | None = None
+    series: dict[str, Any] | None = None  # per-step figures for the report's plots (see series.py)
+
+    def checks(self) -> dict[str, bool]:
+        return {c["name"]: bool(c["passed"]) for c in (self.result or {}).get("checks", [])}
+
+    def to_json(self, full: bool = False) -> dict[str, Any]:
+        d = asdict(self)
+        if not full:
+            for k in ("files", "result", "series"):
+                d.pop(k)
+            d["checks"] = self.checks()
+        return d
+
+
+@dataclass(frozen=True)
+class DimensionScore:
+    dimension: str
+    level: int  # 0: not scored (a note alone, or a parent's note)
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class FeedbackRound:
+    strength: str = ""
+    improvement: str = ""
+    revision_outcome: str | None = None  # one of REVISION_OUTCOMES
+    revision_notes: str = ""
+    notes: str = ""  # the interviewer's overall notes
+    followups_asked: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ScoreSheet:
+    """One interviewer's scores of one exercise of a session."""
+
+    session_id: str
+    slug: str
+    interviewer: str
+    levels: dict[str, DimensionScore]
+    feedback: FeedbackRound
+    updated_at: str | None = None
+
+    def level_map(self) -> dict[str, int]:
+        return {k: v.level for k, v in self.levels.items() if v.level}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"interviewer": self.interviewer, "exercise": self.slug, "updated_at": self.updated_at,
+                "levels": self.level_map(), "notes": {k: v.note for k, v in self.levels.items() if v.note},
+                "feedback": self.feedback.to_json()}
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, default=str)

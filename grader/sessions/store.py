@@ -1,0 +1,263 @@
+"""The session store: one SQLite file (stdlib ``sqlite3``, no server).
+
+Every write is one ``BEGIN IMMEDIATE`` transaction, in WAL mode with a busy timeout, so two
+terminals grading at once queue for the write lock instead of failing or corrupting anything, and
+a process killed at any point leaves every committed row as it was (WAL with ``synchronous=NORMAL``
+loses nothing on a process crash; only a power cut can take back the last commits).
+
+The default database is ``$TRAINWRECK_HOME/sessions.db``, else ``~/.trainwreck/sessions.db``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from grader.sessions import migrations
+from grader.sessions.errors import SessionError
+from grader.sessions.models import (
+    Attempt,
+    DimensionScore,
+    FeedbackRound,
+    ScoreSheet,
+    Session,
+    SessionExercise,
+    dumps,
+    now,
+)
+
+BUSY_TIMEOUT_MS = 30_000  # a grading holds the write lock for milliseconds; a queue of them, seconds
+
+
+def default_db() -> Path:
+    home = os.environ.get("TRAINWRECK_HOME")
+    return (Path(home) if home else Path.home() / ".trainwreck") / "sessions.db"
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                               check_same_thread=False)
+    except (OSError, sqlite3.Error) as e:
+        raise SessionError(f"{path}: cannot open the session database ({e}); give a writable path with --db") from None
+    conn.row_factory = sqlite3.Row
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+    except sqlite3.DatabaseError as e:
+        raise SessionError(f"{path}: not a session database ({e}); give another path with --db") from None
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("PRAGMA foreign_keys = ON")
+    return conn
+
+
+class Store:
+    def __init__(self, path: Path, conn: sqlite3.Connection):
+        self.path = Path(path)
+        self.conn = conn
+
+    @classmethod
+    def open(cls, path: Path | None = None, migrate: bool = True) -> Store:
+        path = Path(path or default_db()).expanduser().resolve()
+        conn = connect(path)
+        if migrate:
+            migrations.migrate(conn, where=str(path))
+        return cls(path, conn)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taken with the write lock up front (no upgrade deadlocks)."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    # ---- sessions ----------------------------------------------------------------------------
+    @staticmethod
+    def new_id() -> str:
+        return secrets.token_hex(4)
+
+    def create_session(self, sid: str, candidate: str, minutes: int, root: Path,
+                       exercises: list[tuple[str, Path, str, bool, str]]) -> Session:
+        """``exercises``: (slug, workspace, rubric id, graded, title) in order."""
+        t = now()
+        with self.write() as c:
+            c.execute("INSERT INTO sessions (id, candidate, created_at, started_at, minutes, root) "
+                      "VALUES (?, ?, ?, ?, ?, ?)", (sid, candidate, t, t, minutes, str(root)))
+            for i, (slug, ws, rubric_id, graded, title) in enumerate(exercises):
+                c.execute("INSERT INTO session_exercises (session_id, slug, position, workspace, rubric_id, "
+                          "graded, title) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                          (sid, slug, i, str(ws), rubric_id, int(graded), title))
+        return self.session(sid)
+
+    def session(self, ref: str) -> Session:
+        """A session by id or by a unique prefix of it."""
+        rows = self.conn.execute("SELECT * FROM sessions WHERE id = ? OR id LIKE ? ORDER BY id",
+                                 (ref, ref.replace("%", "").replace("_", "") + "%")).fetchall()
+        exact = [r for r in rows if r["id"] == ref]
+        rows = exact or rows
+        if not rows:
+            raise SessionError(f"no session {ref!r} in {self.path}; see `trainwreck session list`")
+        if len(rows) > 1:
+            raise SessionError(f"{ref!r} matches sessions {', '.join(r['id'] for r in rows)}; give more of the id")
+        return Session(**dict(rows[0]))
+
+    def sessions(self, open_only: bool = False) -> list[Session]:
+        q = "SELECT * FROM sessions" + (" WHERE closed_at IS NULL" if open_only else "") + " ORDER BY created_at, id"
+        return [Session(**dict(r)) for r in self.conn.execute(q)]
+
+    def close_session(self, sid: str) -> Session:
+        with self.write() as c:
+            c.execute("UPDATE sessions SET closed_at = ? WHERE id = ? AND closed_at IS NULL", (now(), sid))
+        return self.session(sid)
+
+    def exercises(self, sid: str) -> list[SessionExercise]:
+        rows = self.conn.execute("SELECT * FROM session_exercises WHERE session_id = ? ORDER BY position", (sid,))
+        return [SessionExercise(**{**dict(r), "graded": bool(r["graded"])}) for r in rows]
+
+    def exercise(self, sid: str, slug: str | None) -> SessionExercise:
+        exs = self.exercises(sid)
+        if slug is None:
+            if len(exs) == 1:
+                return exs[0]
+            raise SessionError(f"session {sid} has exercises {', '.join(e.slug for e in exs)}; "
+                               "name one with --exercise")
+        for e in exs:
+            if e.slug == slug:
+                return e
+        raise SessionError(f"session {sid} has no exercise {slug!r}; it has {', '.join(e.slug for e in exs)}")
+
+    def set_diagnosis(self, sid: str, slug: str, text: str | None) -> None:
+        with self.write() as c:
+            c.execute("UPDATE session_exercises SET diagnosis = ?, diagnosis_at = ? WHERE session_id = ? AND slug = ?",
+                      (text, now(), sid, slug))
+
+    # ---- attempts ----------------------------------------------------------------------------
+    def begin_attempt(self, sid: str, slug: str, sha256: str, files: dict[str, str], shipped: dict[str, str],
+                      diff_fn) -> Attempt:
+        """Number the attempt and diff it against the previous one inside one transaction, so two
+        gradings started at once get distinct numbers and each diffs against the one before it."""
+        with self.write() as c:
+            prev = c.execute("SELECT n, files FROM attempts WHERE session_id = ? AND slug = ? ORDER BY n DESC LIMIT 1",
+                             (sid, slug)).fetchone()
+            n = (prev["n"] + 1) if prev else 1
+            before = json.loads(prev["files"]) if prev else shipped
+            diff = diff_fn(before, files, f"attempt {n - 1}" if prev else "as shipped", f"attempt {n}")
+            cur = c.execute("INSERT INTO attempts (session_id, slug, n, started_at, status, submission_sha256, files, "
+                            "diff, pid, host) VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)",
+                            (sid, slug, n, now(), sha256, dumps(files), diff, os.getpid(), socket.gethostname()))
+            aid = cur.lastrowid
+        return self.attempt(aid)
+
+    def finish_attempt(self, aid: int, status: str, result: dict[str, Any] | None = None,
+                       result_path: str | None = None, series: dict[str, Any] | None = None,
+                       error: str | None = None) -> Attempt:
+        with self.write() as c:
+            c.execute("UPDATE attempts SET status = ?, finished_at = ?, result = ?, result_path = ?, passed = ?, "
+                      "score = ?, series = ?, error = ? WHERE id = ?",
+                      (status, now(), dumps(result) if result is not None else None, result_path,
+                       None if result is None else int(bool(result.get("passed"))),
+                       None if result is None else result.get("score"),
+                       dumps(series) if series is not None else None, error, aid))
+        return self.attempt(aid)
+
+    def reap(self, sid: str | None = None) -> list[int]:
+        """Mark as interrupted the gradings still 'running' whose process (on this host) is gone:
+        a grading killed mid-way (SIGKILL, a closed terminal) leaves exactly such a row."""
+        host = socket.gethostname()
+        q = "SELECT id, pid, host FROM attempts WHERE status = 'running'" + (" AND session_id = ?" if sid else "")
+        dead = [r["id"] for r in self.conn.execute(q, (sid,) if sid else ())
+                if r["host"] == host and not _alive(r["pid"])]
+        if dead:
+            with self.write() as c:
+                for aid in dead:
+                    c.execute("UPDATE attempts SET status = 'interrupted', finished_at = ?, "
+                              "error = 'the grading process ended before it recorded a result' "
+                              "WHERE id = ? AND status = 'running'", (now(), aid))
+        return dead
+
+    def attempt(self, aid: int) -> Attempt:
+        return _attempt(self.conn.execute("SELECT * FROM attempts WHERE id = ?", (aid,)).fetchone())
+
+    def attempts(self, sid: str, slug: str | None = None) -> list[Attempt]:
+        q = "SELECT * FROM attempts WHERE session_id = ?" + (" AND slug = ?" if slug else "") + " ORDER BY slug, n"
+        return [_attempt(r) for r in self.conn.execute(q, (sid, slug) if slug else (sid,))]
+
+    # ---- scores and the feedback round -------------------------------------------------------
+    def save_sheet(self, sheet: ScoreSheet) -> None:
+        """Replace one interviewer's scores and feedback for one exercise, as one transaction."""
+        t = now()
+        fb = sheet.feedback
+        with self.write() as c:
+            c.execute("DELETE FROM scores WHERE session_id = ? AND slug = ? AND interviewer = ?",
+                      (sheet.session_id, sheet.slug, sheet.interviewer))
+            for s in sheet.levels.values():
+                c.execute("INSERT INTO scores (session_id, slug, interviewer, dimension, level, note, updated_at) "
+                          "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                          (sheet.session_id, sheet.slug, sheet.interviewer, s.dimension, s.level, s.note, t))
+            c.execute("INSERT OR REPLACE INTO feedback (session_id, slug, interviewer, strength, improvement, "
+                      "revision_outcome, revision_notes, notes, followups_asked, updated_at) "
+                      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                      (sheet.session_id, sheet.slug, sheet.interviewer, fb.strength, fb.improvement,
+                       fb.revision_outcome, fb.revision_notes, fb.notes, json.dumps(fb.followups_asked), t))
+
+    def sheets(self, sid: str, slug: str) -> list[ScoreSheet]:
+        """Every interviewer's sheet for one exercise, by interviewer name."""
+        levels: dict[str, dict[str, DimensionScore]] = {}
+        updated: dict[str, str] = {}
+        for r in self.conn.execute("SELECT * FROM scores WHERE session_id = ? AND slug = ? ORDER BY interviewer",
+                                   (sid, slug)):
+            levels.setdefault(r["interviewer"], {})[r["dimension"]] = DimensionScore(r["dimension"], r["level"], r["note"])
+            updated[r["interviewer"]] = r["updated_at"]
+        feedback: dict[str, FeedbackRound] = {}
+        for r in self.conn.execute("SELECT * FROM feedback WHERE session_id = ? AND slug = ?", (sid, slug)):
+            feedback[r["interviewer"]] = FeedbackRound(
+                strength=r["strength"], improvement=r["improvement"], revision_outcome=r["revision_outcome"],
+                revision_notes=r["revision_notes"], notes=r["notes"], followups_asked=json.loads(r["followups_asked"]))
+            updated[r["interviewer"]] = max(updated.get(r["interviewer"], ""), r["updated_at"])
+        return [ScoreSheet(sid, slug, who, levels.get(who, {}), feedback.get(who, FeedbackRound()), updated[who])
+                for who in sorted(set(levels) | set(feedback))]
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        p = psutil.Process(pid)
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _attempt(r: sqlite3.Row | None) -> Attempt:
+    if r is None:
+        raise SessionError("no such attempt")
+    d = dict(r)
+    d["files"] = json.loads(d["files"])
+    for k in ("result", "series"):
+        d[k] = json.loads(d[k]) if d.get(k) else None
+    d["passed"] = None if d["passed"] is None else bool(d["passed"])
+    return Attempt(**d)

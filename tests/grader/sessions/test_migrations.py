@@ -1,0 +1,64 @@
+"""Schema migrations: from an empty database and from version 1, and refusing a newer one."""
+
+import sqlite3
+
+import pytest
+
+from grader.sessions import migrations
+from grader.sessions.errors import SessionError
+from grader.sessions.store import Store, connect
+
+
+def tables(conn):
+    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def test_empty_database_migrates_to_latest(tmp_path):
+    store = Store.open(tmp_path / "s.db")
+    assert migrations.version(store.conn) == migrations.LATEST == 2
+    assert {"sessions", "session_exercises", "attempts", "scores", "feedback"} <= tables(store.conn)
+    assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    Store.open(tmp_path / "s.db").close()  # opening again applies nothing
+    assert migrations.version(store.conn) == 2
+
+
+def test_version_1_database_keeps_its_rows(tmp_path):
+    conn = connect(tmp_path / "s.db")
+    assert migrations.migrate(conn, target=1) == 1
+    assert "feedback" not in tables(conn)
+    conn.execute("INSERT INTO sessions VALUES ('s1', 'Ada', 't0', 't0', 60, '/r', NULL)")
+    conn.execute("INSERT INTO session_exercises VALUES ('s1', 'ex', 0, '/r/ex', 'distributed-debugging', 1, 'Ex')")
+    conn.execute("INSERT INTO attempts (session_id, slug, n, started_at, status, submission_sha256, files, diff) "
+                 "VALUES ('s1', 'ex', 1, 't1', 'done', 'h1', '{}', ''), ('s1', 'ex', 2, 't2', 'running', 'h2', '{}', '')")
+    conn.execute("INSERT INTO scores VALUES ('s1', 'ex', 'ada', 'fix', 3, 'n', 't3')")
+    conn.close()
+    store = Store.open(tmp_path / "s.db")
+    assert migrations.version(store.conn) == 2
+    a1, a2 = store.attempts("s1")
+    assert (a1.status, a1.pid, a1.series) == ("done", None, None)
+    assert a2.status == "interrupted"  # a version-1 grading left running cannot be alive any more
+    assert store.sheets("s1", "ex")[0].level_map() == {"fix": 3}
+    assert store.exercises("s1")[0].diagnosis is None
+
+
+def test_newer_schema_is_refused(tmp_path):
+    conn = sqlite3.connect(tmp_path / "s.db")
+    conn.execute("PRAGMA user_version = 99")
+    conn.close()
+    with pytest.raises(SessionError, match="schema version 99 is newer than this trainwreck's 2; upgrade"):
+        Store.open(tmp_path / "s.db")
+
+
+def test_a_failed_step_leaves_the_previous_version(tmp_path, monkeypatch):
+    monkeypatch.setattr(migrations, "MIGRATIONS", [migrations.V1, "CREATE TABLE x (a);\nCREATE TABLE x (a);\n"])
+    monkeypatch.setattr(migrations, "LATEST", 2)
+    conn = connect(tmp_path / "s.db")
+    with pytest.raises(sqlite3.OperationalError):
+        migrations.migrate(conn)
+    assert migrations.version(conn) == 1 and "x" not in tables(conn)
+
+
+def test_not_a_database_is_one_line(tmp_path):
+    (tmp_path / "s.db").write_text("hello, not sqlite" * 100)
+    with pytest.raises(SessionError, match="not a session database"):
+        Store.open(tmp_path / "s.db")
