@@ -1,0 +1,1 @@
+"""One module per `trainwreck` command, each defining `command` (a click command)."""
