@@ -228,7 +228,7 @@ def bubble(p: int, m: int, schedule: str = "1f1b", v: int = 1, max_bubble: float
 def batch(micro_batch: int, dp: int, accum: int | None = None, global_batch: int | None = None,
           base_lr: float | None = None, base_batch: int | None = None, rule: str = "linear",
           seq_len: int | None = None, dataset_size: int | None = None, warmup_epochs: float | None = None,
-          warmup_steps: int | None = None, at_step: int | None = None) -> Result:
+          warmup_steps: int | None = None, at_step: int | None = None, warmup_from: str = "base") -> Result:
     """Global batch = micro-batch * accumulation * data-parallel size; learning rate scaled with it."""
     _positive("micro-batch", micro_batch, integer=True)
     _positive("dp", dp, integer=True)
@@ -285,17 +285,20 @@ def batch(micro_batch: int, dp: int, accum: int | None = None, global_batch: int
             raise CalcError("--at-step needs --base-lr and --base-batch")
         if at_step < 0:
             raise CalcError("--at-step cannot be negative")
+        if warmup_from not in ("base", "zero"):
+            raise CalcError(f"warm-up start {warmup_from!r} is unknown; use base (Goyal et al.) or zero")
         w = warmup_steps or 0
         ramp = min(1.0, at_step / w) if w else 1.0
-        values["lr_at_step"] = base_lr + (values["lr"] - base_lr) * ramp
-        notes.append("gradual warm-up as in Goyal et al.: from the base lr up to the scaled lr linearly over "
-                     "the warm-up steps (many codebases start from 0 instead); no decay modelled")
+        start = base_lr if warmup_from == "base" else 0.0
+        values["lr_at_step"] = start + (values["lr"] - start) * ramp
+        notes.append("gradual warm-up: linear from the base lr (Goyal et al.; --warmup-from zero: from 0, as many "
+                     "codebases do) up to the scaled lr over the warm-up steps; no decay modelled")
     return Result("batch", {"micro_batch": micro_batch, "accum": accum, "dp": dp, "base_lr": base_lr,
                             "base_batch": base_batch, "rule": rule, "seq_len": seq_len,
                             "dataset_size": dataset_size, "warmup_epochs": warmup_epochs,
-                            "warmup_steps": warmup_steps, "at_step": at_step},
+                            "warmup_steps": warmup_steps, "at_step": at_step, "warmup_from": warmup_from},
                   "global = micro-batch * accum * dp; lr = base_lr * global/base_batch (linear) or "
-                  "* sqrt(global/base_batch); warm-up lr(s) = base_lr + (lr - base_lr) * s/warmup",
+                  "* sqrt(global/base_batch); warm-up lr(s) = start + (lr - start) * s/warmup, start = base_lr or 0",
                   source, values, notes)
 
 
