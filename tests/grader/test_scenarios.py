@@ -1,0 +1,223 @@
+"""Design scenarios: every manifest loads, the rubric has the agreed shape, the data files are
+internally consistent (each total and derived column recomputed), and every worked figure quoted in
+a brief, a constraints document, a rubric or the interviewer's notes is what the data gives."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from grader.errors import ManifestError
+from grader.scenario import discover, load_scenario, manifest_kind
+from tests.grader import scenario_figures as F
+
+REPO = Path(__file__).resolve().parents[2]
+SLUGS = ["llm-architecture", "gpu-allocation", "cost-efficiency", "cross-team-rollout"]
+
+
+# ---- the rubric format agreed with interview sessions (format_version 2) --------------------------
+# The sessions engineer owns the loader; this mirror only proves the shipped files have the shape.
+
+class _S(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Dim(_S):
+    id: str = Field(pattern=r"^[a-z][a-z0-9_-]*$")
+    title: str = Field(min_length=1)
+    weight: float = Field(gt=0)
+    question: str = Field(min_length=1)
+    levels: list[str] = Field(min_length=4, max_length=4)
+    strong_answer: str | None = None
+    children: list["Dim"] = []
+
+    @model_validator(mode="after")
+    def _levels(self) -> "Dim":
+        for i, text in enumerate(self.levels, 1):
+            assert text.startswith(f"{i}: "), f"{self.id}: level {i} must start with '{i}: '"
+        assert len({c.id for c in self.children}) == len(self.children), f"{self.id}: duplicate child ids"
+        return self
+
+
+class Feedback(_S):
+    strength_prompt: str = Field(min_length=1)
+    improvement_prompt: str = Field(min_length=1)
+    revision_minutes: int = Field(ge=10, le=15)
+    watch_for: list[str] = Field(min_length=1)
+
+
+class Followup(_S):
+    question: str = Field(min_length=1)
+    strong_answer: str = Field(min_length=1)
+    when: dict | None = None
+
+
+class RubricV2(_S):
+    format_version: int
+    id: str
+    title: str
+    kind: str
+    summary: str
+    levels: list[int]
+    dimensions: list[Dim] = Field(min_length=1)
+    feedback: Feedback
+    followups: list[Followup] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _top(self) -> "RubricV2":
+        assert self.format_version == 2 and self.kind in ("debugging", "optimisation", "design")
+        assert self.levels == [1, 2, 3, 4]
+        assert len({d.id for d in self.dimensions}) == len(self.dimensions)
+        return self
+
+
+@pytest.fixture(scope="module")
+def scenarios():
+    found, errors = discover(REPO)
+    assert not errors, errors
+    return {s.slug: s for s in found}
+
+
+def test_the_four_scenarios_load(scenarios):
+    assert sorted(scenarios) == sorted(SLUGS)
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_scenario_has_rubric_notes_and_every_file(scenarios, slug):
+    s = scenarios[slug]
+    m = s.manifest
+    assert manifest_kind(s.dir) == "scenario" and m.symptom == m.summary
+    rubric = RubricV2.model_validate(tomllib.loads(s.rubric_path(REPO).read_text()))
+    assert rubric.id == m.rubric == slug and rubric.kind == "design"
+    assert s.notes.is_file() and "Worked figures" in s.notes.read_text()
+    brief = s.brief.read_text()
+    assert f"**{m.minutes} minutes**" in brief and "feedback round" in brief  # the time budget, stated once
+    assert any(f.startswith("data/") for f in m.files)
+
+
+def test_script_exercises_are_not_scenarios():
+    assert manifest_kind(REPO / "exercises" / "memory-leak") == "script"
+
+
+# ---- the loader's errors --------------------------------------------------------------------------
+
+MANIFEST = """
+format_version = 1
+kind = "scenario"
+slug = "s"
+title = "t"
+summary = "one line"
+difficulty = "hard"
+minutes = 45
+topics = ["x"]
+rubric = "s"
+deliverable = "d"
+files = ["BRIEF.md", "CONSTRAINTS.md", "data/a.csv"]
+"""
+RUBRIC = 'format_version = 2\nid = "s"\n'
+
+
+def make(tmp_path: Path, manifest: str = MANIFEST, rubric: str | None = RUBRIC, extra: tuple[str, ...] = ()) -> Path:
+    d = tmp_path / "exercises" / "s"
+    (d / "data").mkdir(parents=True)
+    for f in ("BRIEF.md", "CONSTRAINTS.md", "data/a.csv", *extra):
+        (d / f).write_text("x")
+    (d / "exercise.toml").write_text(manifest)
+    if rubric is not None:
+        (tmp_path / "rubrics").mkdir()
+        (tmp_path / "rubrics" / "s.toml").write_text(rubric)
+    return d
+
+
+def test_a_good_manifest_loads(tmp_path):
+    s = load_scenario(make(tmp_path), root=tmp_path)
+    assert s.slug == "s" and s.rubric_path(tmp_path) == tmp_path / "rubrics" / "s.toml"
+
+
+@pytest.mark.parametrize("edit, extra, rubric, message", [
+    (lambda m: m.replace('kind = "scenario"', 'kind = "quiz"'), (), RUBRIC, "kind: Input should be 'scenario'"),
+    (lambda m: m.replace("format_version = 1", "format_version = 3"), (), RUBRIC, "format_version: unsupported format_version 3; this trainwreck reads 1"),
+    (lambda m: m.replace('slug = "s"', 'slug = "other"'), (), RUBRIC, "slug: 'other' differs from its folder"),
+    (lambda m: m.replace("minutes = 45", "minutes = 0"), (), RUBRIC, "minutes: Input should be greater than 0"),
+    (lambda m: m.replace('"data/a.csv"]', '"data/b.csv"]'), (), RUBRIC, "'data/b.csv' is not a file"),
+    (lambda m: m.replace('"BRIEF.md", ', ""), (), RUBRIC, "must include BRIEF.md"),
+    (lambda m: m.replace('"data/a.csv"]', '"../x.csv"]'), (), RUBRIC, "must be a path inside the scenario folder"),
+    (lambda m: m, ("data/unlisted.csv",), RUBRIC, "'data/unlisted.csv' is in the folder but not listed"),
+    (lambda m: m + "checks = []\n", (), RUBRIC, "checks: Extra inputs are not permitted; remove it"),
+    (lambda m: m.replace('summary = "one line"', 'summary = """two\nlines"""'), (), RUBRIC, "must be one line"),
+    (lambda m: m, (), None, "rubric: "),
+    (lambda m: m, (), 'format_version = 1\nid = "s"\n', "format_version: 1 is not 2; a scenario's rubric is format 2"),
+    (lambda m: m, (), 'format_version = 2\nid = "t"\n', "id: 't' is not 's'"),
+])
+def test_malformed_scenarios_name_file_field_and_fix(tmp_path, edit, extra, rubric, message):
+    d = make(tmp_path, edit(MANIFEST), rubric, extra)
+    with pytest.raises(ManifestError, match=re.escape(message)) as e:
+        load_scenario(d, root=tmp_path)
+    assert "\n" not in str(e.value) and ";" in str(e.value)
+    assert discover(tmp_path)[1], "discover reports the folder that does not load"
+
+
+def test_unknown_kind_is_named(tmp_path):
+    d = make(tmp_path, MANIFEST.replace('kind = "scenario"', 'kind = "movie"'))
+    with pytest.raises(ManifestError, match="kind: 'movie' is unknown"):
+        manifest_kind(d)
+
+
+# ---- the data add up ------------------------------------------------------------------------------
+
+def data(slug: str) -> Path:
+    return REPO / "exercises" / slug / "data"
+
+
+def test_llm_architecture_data_is_consistent():
+    d = data("llm-architecture")
+    model = F.toml(d / "model.toml")
+    assert model["params"] == 12 * model["layers"] * model["hidden"] ** 2 + 2 * model["vocab"] * model["hidden"]
+    assert model["ffn_hidden"] == 4 * model["hidden"] and model["hidden"] % model["heads"] == 0
+    assert model["global_batch_tokens"] == model["global_batch_sequences"] * model["seq_len"]
+    assert model["tokenised_corpus_TB"] == pytest.approx(model["corpus_tokens"] * 2 / 1e12)
+    assert model["vocab"] < 2**16 and model["tokens"] <= model["corpus_tokens"]
+    for r in F.rows(d / "options.csv"):
+        assert float(r["price_per_accelerator_hour_usd"]) == pytest.approx(
+            float(r["price_per_node_hour_usd"]) / int(r["accelerators_per_node"])), r["option"]
+    peak = {r["accelerator"]: float(r["bf16_dense_tflops"]) for r in F.rows(d / "hardware.csv")}
+    for r in F.rows(d / "benchmarks.csv"):
+        if r["tokens_per_s_per_device"] and r["id"] != "llama2-7b":
+            achieved = 6 * float(r["model_params"]) * float(r["tokens_per_s_per_device"]) / 1e12
+            assert float(r["achieved_tflops_per_device"]) == pytest.approx(achieved, rel=1e-4), r["id"]
+        assert float(r["mfu"]) == pytest.approx(float(r["achieved_tflops_per_device"]) / peak[r["accelerator"]],
+                                                abs=5e-5), r["id"]
+    llama = next(r for r in F.rows(d / "benchmarks.csv") if r["id"] == "llama2-7b")
+    tps = 2.0e12 / (184320 * 3600)  # Touvron et al. 2023, Table 2
+    assert float(llama["tokens_per_s_per_device"]) == round(tps)
+    assert float(llama["achieved_tflops_per_device"]) == pytest.approx(6 * 7e9 * tps / 1e12, abs=0.005)
+    rel = F.toml(d / "reliability.toml")["failures"]
+    assert rel["per_gpu_mtbf_h"] == round(rel["days"] * 24 * rel["gpus"] / rel["unexpected_interruptions"])
+
+
+# ---- every quoted figure is the computed one ------------------------------------------------------
+
+QUOTED = {  # figure name -> the documents (relative to the repo) that quote it
+    "llm-architecture": (F.llm_architecture, {
+        "solutions/llm-architecture/NOTES.md": "*",
+        "rubrics/llm-architecture.toml": ["chosen_cost", "onprem_days", "job_mtbf_h", "ckpt_write_s", "young_min"],
+    }),
+}
+
+
+def _cases():
+    for slug, (fn, docs) in QUOTED.items():
+        figures = fn(REPO)
+        for doc, names in docs.items():
+            for name in (figures if names == "*" else names):
+                yield pytest.param(doc, name, figures[name], id=f"{slug}:{Path(doc).name}:{name}")
+
+
+@pytest.mark.parametrize("doc, name, text", list(_cases()))
+def test_quoted_figure_is_the_computed_one(doc, name, text):
+    body = (REPO / doc).read_text()
+    assert text in body, f"{doc} should quote {name} as {text!r}"
