@@ -130,6 +130,61 @@ def llm_architecture(root: Path) -> dict[str, str]:
     }
 
 
+# ---- (b) gpu-allocation ---------------------------------------------------------------------------
+
+def gpu_allocation(root: Path) -> dict[str, str]:
+    d = root / "exercises" / "gpu-allocation" / "data"
+    weeks = rows(d / "utilisation_weekly.csv")
+    costs = toml(d / "costs.toml")
+
+    def total(team: str, col: str) -> float:
+        return sum(float(r[col] or 0) for r in weeks if r["team"] == team)
+
+    util = {t: total(t, "busy_hours") / total(t, "capacity_hours") for t in ("llm", "vision", "recsys", "applied")}
+    n_weeks = len({r["week"] for r in weeks})
+    llm_idle = total("llm", "capacity_hours") - total("llm", "busy_hours")
+    vision_unmet = total("vision", "requested_hours") - total("vision", "busy_hours")
+    tpu_idle = total("recsys", "capacity_hours") - total("recsys", "busy_hours")
+    o, t, c = costs["owned"], costs["tpu_commitment"], costs["cloud"]
+    owned_monthly = (2 * o["hgx_server_price_usd"] + o["pcie_server_price_usd"]) / o["depreciation_months"] + \
+        o["power_kW"] * o["colocation_usd_per_kW_month"]
+    per_gpu_hour = owned_monthly / (20 * HOURS_PER_MONTH)
+    tpu_monthly = t["chips"] * t["usd_per_chip_hour"] * HOURS_PER_MONTH
+    applied_cloud = total("applied", "rented_node_hours") * c["aws_p4d_usd_per_node_hour"]
+    vision_waits = sorted(float(r["median_wait_h"]) for r in weeks if r["team"] == "vision")
+    new_hgx_per_gpu_hour = (costs["purchase"]["hgx_a100_80gb_server_usd"] / o["depreciation_months"] +
+                            costs["purchase"]["hgx_a100_power_kW"] * o["colocation_usd_per_kW_month"]) / (8 * HOURS_PER_MONTH)
+    return {
+        "weeks": str(n_weeks),
+        "llm_util": f"{util['llm']:.1%}",
+        "vision_util": f"{util['vision']:.1%}",
+        "tpu_util": f"{util['recsys']:.1%}",
+        "applied_util": f"{util['applied']:.1%}",
+        "llm_idle_gpu_hours": num(llm_idle),
+        "llm_idle_per_week": num(llm_idle / n_weeks),
+        "vision_requested": num(total("vision", "requested_hours")),
+        "vision_unmet": num(vision_unmet),
+        "vision_unmet_per_week": num(vision_unmet / n_weeks),
+        "vision_demand_ratio": f"{total('vision', 'requested_hours') / total('vision', 'capacity_hours'):.2f}x",
+        "idle_covers_unmet": f"{llm_idle / vision_unmet:.1f}x",
+        "vision_wait_range": f"{vision_waits[0]:.0f} to {vision_waits[-1]:.0f} hours",
+        "tpu_idle_chip_hours": num(tpu_idle),
+        "tpu_idle_cost": usd(tpu_idle * t["usd_per_chip_hour"]),
+        "tpu_monthly": usd(tpu_monthly),
+        "tpu_remaining": usd(tpu_monthly * t["months_remaining"]),
+        "owned_monthly": usd(owned_monthly),
+        "owned_per_gpu_hour": f"${per_gpu_hour:.2f}",
+        "llm_idle_cost": usd(llm_idle * per_gpu_hour),
+        "applied_cloud": usd(applied_cloud),
+        "applied_cloud_per_year": usd(applied_cloud / n_weeks * 52),
+        "applied_rented_gpu_hours": num(total("applied", "capacity_hours")),
+        "applied_arcadia": usd(total("applied", "busy_hours") * c["arcadia_a100_80gb_usd_per_gpu_hour"]),
+        "vision_unmet_arcadia_9mo": usd(vision_unmet / n_weeks * 39 * c["arcadia_a100_80gb_usd_per_gpu_hour"]),
+        "new_hgx_per_gpu_hour": f"${new_hgx_per_gpu_hour:.2f}",
+        "new_hgx_per_gpu_hour_at_60": f"${new_hgx_per_gpu_hour / 0.6:.2f}",
+    }
+
+
 if __name__ == "__main__":
     import sys
 

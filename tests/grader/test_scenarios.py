@@ -199,12 +199,47 @@ def test_llm_architecture_data_is_consistent():
     assert rel["per_gpu_mtbf_h"] == round(rel["days"] * 24 * rel["gpus"] / rel["unexpected_interruptions"])
 
 
+def test_gpu_allocation_data_is_consistent():
+    d = data("gpu-allocation")
+    pool = F.rows(d / "pool.csv")
+    count = {}
+    for r in pool:
+        count[r["allocated_to"]] = count.get(r["allocated_to"], 0) + int(r["count"])
+    assert sum(int(r["count"]) for r in pool if r["accelerator"].startswith("A100")) == 20
+    assert count == {"llm": 16, "vision": 4, "recsys": 32}
+    weeks = F.rows(d / "utilisation_weekly.csv")
+    for r in weeks:
+        cap, busy = float(r["capacity_hours"]), float(r["busy_hours"])
+        if r["team"] == "applied":
+            assert cap == 8 * float(r["rented_node_hours"]), r  # p4d is rented by the 8-GPU node
+        else:
+            assert cap == count[r["team"]] * 168, r
+        assert busy <= cap and busy <= float(r["requested_hours"]), r
+    assert len(weeks) == 8 * 4 and len({r["week"] for r in weeks}) == 8
+    llm = [r for r in weeks if r["team"] == "llm"]
+    idle = sum(float(r["capacity_hours"]) - float(r["busy_hours"]) for r in llm)
+    assert sum(float(r["gpu_hours"]) for r in F.rows(d / "llm_idle_breakdown.csv")) == idle
+    c = F.toml(d / "costs.toml")
+    o, t = c["owned"], c["tpu_commitment"]
+    monthly = (2 * o["hgx_server_price_usd"] + o["pcie_server_price_usd"]) / o["depreciation_months"] + \
+        o["power_kW"] * o["colocation_usd_per_kW_month"]
+    assert o["monthly_cost_usd"] == pytest.approx(monthly, abs=0.005)
+    assert o["cost_per_gpu_hour_usd"] == pytest.approx(monthly / (20 * F.HOURS_PER_MONTH), abs=5e-5)
+    assert t["monthly_usd"] == pytest.approx(t["chips"] * t["usd_per_chip_hour"] * F.HOURS_PER_MONTH, abs=0.005)
+    assert t["remaining_usd"] == pytest.approx(t["monthly_usd"] * t["months_remaining"], abs=0.005)
+
+
 # ---- every quoted figure is the computed one ------------------------------------------------------
 
 QUOTED = {  # figure name -> the documents (relative to the repo) that quote it
     "llm-architecture": (F.llm_architecture, {
         "solutions/llm-architecture/NOTES.md": "*",
         "rubrics/llm-architecture.toml": ["chosen_cost", "onprem_days", "job_mtbf_h", "ckpt_write_s", "young_min"],
+    }),
+    "gpu-allocation": (F.gpu_allocation, {
+        "solutions/gpu-allocation/NOTES.md": [n for n in F.gpu_allocation(REPO) if n != "weeks"],
+        "rubrics/gpu-allocation.toml": ["llm_util", "vision_util", "tpu_util", "applied_util", "llm_idle_gpu_hours",
+                                        "vision_unmet", "idle_covers_unmet"],
     }),
 }
 
