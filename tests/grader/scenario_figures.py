@@ -185,6 +185,84 @@ def gpu_allocation(root: Path) -> dict[str, str]:
     }
 
 
+# ---- (c) cost-efficiency --------------------------------------------------------------------------
+
+def aws_business_support(usage: float, tiers: list[float], rates: list[float], minimum: float) -> float:
+    out, lo = 0.0, 0.0
+    for hi, rate in zip([*tiers, math.inf], rates):
+        out += max(0.0, min(usage, hi) - lo) * rate
+        lo = hi
+    return max(minimum, out)
+
+
+def cost_efficiency(root: Path) -> dict[str, str]:
+    d = root / "exercises" / "cost-efficiency" / "data"
+    bills = rows(d / "monthly_costs.csv")
+    growth = rows(d / "growth.csv")
+    p = toml(d / "prices.toml")
+    bench = {r["option"]: r for r in rows(d / "benchmarks.csv")}
+    od, buy, nim = p["aws_on_demand"], p["purchase"], p["nimbus"]
+    june = bills[-1]
+    speedup = float(bench["aws-p5-on-demand"]["tokens_per_s_per_node"]) / \
+        float(bench["aws-p4d-on-demand"]["tokens_per_s_per_node"])
+    p4d_hours = [float(r["training_p4d_node_hours"]) for r in growth]
+    h100_hours = [h / speedup for h in p4d_hours]  # the same work on H100 nodes
+    status_quo = sum(p4d_hours) * od["p4d_24xlarge_usd_per_hour"]
+    all_p5 = sum(h100_hours) * od["p5_48xlarge_usd_per_hour"]
+
+    def nimbus_plan(nodes: int) -> float:
+        reserved = nodes * HOURS_PER_MONTH
+        return 12 * reserved * nim["h100_node_usd_per_hour"] + \
+            sum(max(0.0, h - reserved) for h in h100_hours) * od["p5_48xlarge_usd_per_hour"]
+
+    plans = {n: nimbus_plan(n) for n in range(nim["min_nodes"], 8)}
+    best = min(plans, key=plans.get)
+    servers = 4
+    own_monthly = (servers * buy["h100_server_usd"] + buy["network_usd_per_4_servers"]) / buy["depreciation_months"] + \
+        servers * buy["server_power_kW"] * buy["colocation_usd_per_kW_month"] + buy["operations_usd_per_month"]
+    own_node_hour = own_monthly / (servers * HOURS_PER_MONTH)
+    lead_months = math.ceil(buy["lead_time_weeks"] / 4.345)  # months before the servers run: all on demand
+    own_plan = sum(h * od["p5_48xlarge_usd_per_hour"] for h in h100_hours[:lead_months]) + \
+        (12 - lead_months) * own_monthly + sum(max(0.0, h - servers * HOURS_PER_MONTH) * od["p5_48xlarge_usd_per_hour"]
+                                               for h in h100_hours[lead_months:])
+    infer_hours = sum(float(r["inference_g5_instance_hours"]) for r in growth)
+    big_job_tokens = 2.0e9
+    total6 = sum(float(r["total_usd"]) for r in bills)
+    return {
+        "jan_total": usd(float(bills[0]["total_usd"])),
+        "june_total": usd(float(june["total_usd"])),
+        "six_month_total": usd(total6),
+        "june_training_share": f"{float(june['training_usd']) / float(june['total_usd']):.1%}",
+        "june_support": usd(float(june["support_usd"])),
+        "growth_12": f"{1.08 ** 12:.2f}x",
+        "month12_p4d_hours": num(p4d_hours[-1]),
+        "twelve_month_p4d_hours": num(sum(p4d_hours)),
+        "h100_speedup": f"{speedup:.2f}x",
+        "month12_h100_nodes": num(h100_hours[-1] / HOURS_PER_MONTH, 1),
+        "month1_h100_nodes": num(h100_hours[0] / HOURS_PER_MONTH, 1),
+        "june_h100_nodes": num(float(june["training_p4d_node_hours"]) / speedup / HOURS_PER_MONTH, 1),
+        "status_quo_12": usd(status_quo),
+        "all_p5_12": usd(all_p5),
+        "nimbus_best_nodes": str(best),
+        "nimbus_best_12": usd(plans[best]),
+        "nimbus_best_saving": usd(status_quo - plans[best]),
+        "nimbus_node_year": usd(12 * HOURS_PER_MONTH * nim["h100_node_usd_per_hour"]),
+        "nimbus_2_commit": usd(2 * 12 * HOURS_PER_MONTH * nim["h100_node_usd_per_hour"]),
+        "nimbus_best_commit": usd(best * 12 * HOURS_PER_MONTH * nim["h100_node_usd_per_hour"]),
+        "nimbus_2_12": usd(plans[2]),
+        "nimbus_6_12": usd(plans[6]),
+        "own_node_hour": f"${own_node_hour:.2f}",
+        "own_monthly": usd(own_monthly),
+        "own_capex": usd(servers * buy["h100_server_usd"] + buy["network_usd_per_4_servers"]),
+        "own_lead_months": str(lead_months),
+        "own_plan_12": usd(own_plan),
+        "inference_12_hours": num(infer_hours),
+        "inference_saving_12": usd(infer_hours * (od["g5_xlarge_usd_per_hour"] - p["aws_commitments"]["g5_usd_per_hour"])),
+        "big_job_p4d_h": num(big_job_tokens / float(bench["aws-p4d-on-demand"]["tokens_per_s_per_node"]) / 3600, 1),
+        "big_job_h100_h": num(big_job_tokens / float(bench["aws-p5-on-demand"]["tokens_per_s_per_node"]) / 3600, 1),
+    }
+
+
 if __name__ == "__main__":
     import sys
 

@@ -229,6 +229,33 @@ def test_gpu_allocation_data_is_consistent():
     assert t["remaining_usd"] == pytest.approx(t["monthly_usd"] * t["months_remaining"], abs=0.005)
 
 
+def test_cost_efficiency_data_is_consistent():
+    d = data("cost-efficiency")
+    p = F.toml(d / "prices.toml")
+    od, sup = p["aws_on_demand"], p["aws_support"]
+    bills = F.rows(d / "monthly_costs.csv")
+    for r in bills:
+        assert float(r["training_usd"]) == pytest.approx(int(r["training_p4d_node_hours"]) * od["p4d_24xlarge_usd_per_hour"], abs=0.005)
+        assert float(r["inference_usd"]) == pytest.approx(int(r["inference_g5_instance_hours"]) * od["g5_xlarge_usd_per_hour"], abs=0.005)
+        parts = ("training_usd", "inference_usd", "storage_usd", "shared_fs_usd", "egress_usd")
+        assert float(r["subtotal_usd"]) == pytest.approx(sum(float(r[k]) for k in parts), abs=0.005)
+        support = F.aws_business_support(float(r["subtotal_usd"]), sup["tiers_usd"], sup["rates"], sup["minimum_usd"])
+        assert float(r["support_usd"]) == pytest.approx(support, abs=0.005)
+        assert float(r["total_usd"]) == pytest.approx(float(r["subtotal_usd"]) + float(r["support_usd"]), abs=0.005)
+    june = bills[-1]
+    for k, r in enumerate(F.rows(d / "growth.csv"), 1):  # compounding from June: 8% training, 5% inference
+        assert int(r["training_p4d_node_hours"]) == round(int(june["training_p4d_node_hours"]) * 1.08 ** k)
+        assert int(r["inference_g5_instance_hours"]) == round(int(june["inference_g5_instance_hours"]) * 1.05 ** k)
+    c = p["aws_commitments"]
+    assert c["p5_usd_per_hour"] == pytest.approx(od["p5_48xlarge_usd_per_hour"] * (1 - c["p5_discount"]), abs=0.005)
+    assert c["g5_usd_per_hour"] == pytest.approx(od["g5_xlarge_usd_per_hour"] * (1 - c["g5_discount"]), abs=5e-5)
+    lost = p["aws_spot"]["p4d_node_hours_lost_to_interruption"]
+    for r in F.rows(d / "benchmarks.csv"):
+        useful = 1 - lost if r["option"].endswith("spot") else 1.0
+        per_b = float(r["usd_per_node_hour"]) / (float(r["tokens_per_s_per_node"]) * 3600 * useful) * 1e9
+        assert float(r["usd_per_billion_tokens"]) == pytest.approx(per_b, abs=0.005), r["option"]
+
+
 # ---- every quoted figure is the computed one ------------------------------------------------------
 
 QUOTED = {  # figure name -> the documents (relative to the repo) that quote it
@@ -240,6 +267,13 @@ QUOTED = {  # figure name -> the documents (relative to the repo) that quote it
         "solutions/gpu-allocation/NOTES.md": [n for n in F.gpu_allocation(REPO) if n != "weeks"],
         "rubrics/gpu-allocation.toml": ["llm_util", "vision_util", "tpu_util", "applied_util", "llm_idle_gpu_hours",
                                         "vision_unmet", "idle_covers_unmet"],
+    }),
+    "cost-efficiency": (F.cost_efficiency, {
+        "solutions/cost-efficiency/NOTES.md": "*",
+        "exercises/cost-efficiency/BRIEF.md": ["jan_total", "june_total"],
+        "exercises/cost-efficiency/exercise.toml": ["jan_total", "june_total"],
+        "rubrics/cost-efficiency.toml": ["status_quo_12", "nimbus_best_12", "big_job_p4d_h", "big_job_h100_h",
+                                         "growth_12", "month12_h100_nodes"],
     }),
 }
 
