@@ -87,26 +87,26 @@ def llm_architecture(root: Path) -> dict[str, str]:
         "flops": f"{6 * n * tokens:.3e}",
         "mfu_h100": f"{mfu_h100:.1%}",
         "mfu_a100": f"{mfu_a100:.1%}",
-        "steps": num(tokens / model["global_batch_tokens"]),
+        "steps": f"{tokens / model['global_batch_tokens']:,.0f} optimizer",
         "h100_gpu_hours": num(h100["gpu_hours"]),
         "p5_cost": usd(h100["gpu_hours"] * float(opts["aws-p5"]["price_per_accelerator_hour_usd"])),
         "p5_days": num(h100["gpu_hours"] / (16 * 8) / 24, 1),
         "a100_gpu_hours": num(a100["gpu_hours"]),
         "p4d_cost": usd(a100["gpu_hours"] * float(opts["aws-p4d"]["price_per_accelerator_hour_usd"])),
         "p4d_days": num(a100["gpu_hours"] / (32 * 8) / 24, 1),
-        "onprem_days": num(a100["gpu_hours"] / 32 / 24),
+        "onprem_days": f"{a100['gpu_hours'] / 32 / 24:,.0f} days",
         "v5p_chip_hours": num(v5p["gpu_hours"]),
         "v5p_cost": usd(v5p["gpu_hours"] * float(opts["gcp-v5p"]["price_per_accelerator_hour_usd"])),
-        "train_days_available": str(train_days_available),
-        "chosen_nodes": str(fits[0]),
-        "chosen_gpus": str(g),
+        "train_days_available": f"{train_days_available} days",
+        "chosen_nodes": f"{fits[0]} nodes",
+        "chosen_gpus": f"{g} GPUs",
         "chosen_days": num(chosen["days"], 1),
         "chosen_cost": usd(chosen["cost"]),
         "budget_left": usd(900_000 - chosen["cost"]),
         "two_fewer_days": num(plans[fits[0] - 2]["days"], 1),
         "two_more_cost": usd(plans[fits[0] + 2]["cost"]),
         "gpu_hours_at_35": num(at35["gpu_hours"]),
-        "nodes_at_35": str(at35_nodes),
+        "nodes_at_35": f"{at35_nodes} nodes",
         "state_GB": num(state["total_state_GB"], 1),
         "zero3_per_gpu_GB": num(C.memory(n, zero=3, dp=g).values["per_device_GB"], 2),
         "act_none_GB": num(C.activation_bytes(**shape) / 1e9, 1),
@@ -119,10 +119,10 @@ def llm_architecture(root: Path) -> dict[str, str]:
         "batch_1056": f"{int(batch['global_batch']):,}",
         "batch_1056_tokens": f"{int(batch['global_batch']) * model['seq_len']:,}",
         "per_gpu_mtbf_h": num(per_gpu_mtbf_h),
-        "job_mtbf_h": num(chosen["mtbf_h"]),
+        "job_mtbf_h": f"{chosen['mtbf_h']:.0f} h",
         "ckpt_GB": num(ckpt_bytes / 1e9, 1),
-        "ckpt_write_s": num(chosen["write_s"]),
-        "young_min": num(chosen["young_interval_min"]),
+        "ckpt_write_s": f"{chosen['write_s']:.0f} s",
+        "young_min": f"{chosen['young_interval_min']:.0f} min",
         "waste": f"{chosen['waste_at_young_fraction']:.2%}",
         "expected_failures": num(chosen["days"] * 24 / chosen["mtbf_h"], 1),
         "peak_overestimate": f"{1 / mfu_h100:.1f}x",
@@ -243,7 +243,7 @@ def cost_efficiency(root: Path) -> dict[str, str]:
         "june_h100_nodes": num(float(june["training_p4d_node_hours"]) / speedup / HOURS_PER_MONTH, 1),
         "status_quo_12": usd(status_quo),
         "all_p5_12": usd(all_p5),
-        "nimbus_best_nodes": str(best),
+        "nimbus_best_nodes": f"{best} nodes",
         "nimbus_best_12": usd(plans[best]),
         "nimbus_best_saving": usd(status_quo - plans[best]),
         "nimbus_node_year": usd(12 * HOURS_PER_MONTH * nim["h100_node_usd_per_hour"]),
@@ -254,12 +254,91 @@ def cost_efficiency(root: Path) -> dict[str, str]:
         "own_node_hour": f"${own_node_hour:.2f}",
         "own_monthly": usd(own_monthly),
         "own_capex": usd(servers * buy["h100_server_usd"] + buy["network_usd_per_4_servers"]),
-        "own_lead_months": str(lead_months),
+        "own_lead_months": f"{lead_months} months",
         "own_plan_12": usd(own_plan),
         "inference_12_hours": num(infer_hours),
         "inference_saving_12": usd(infer_hours * (od["g5_xlarge_usd_per_hour"] - p["aws_commitments"]["g5_usd_per_hour"])),
         "big_job_p4d_h": num(big_job_tokens / float(bench["aws-p4d-on-demand"]["tokens_per_s_per_node"]) / 3600, 1),
         "big_job_h100_h": num(big_job_tokens / float(bench["aws-p5-on-demand"]["tokens_per_s_per_node"]) / 3600, 1),
+    }
+
+
+# ---- (d) cross-team-rollout -----------------------------------------------------------------------
+
+def schedule(tasks: list[dict[str, str]]) -> dict[str, tuple[float, float]]:
+    """Earliest start and finish (weeks from the start) of each task: each begins when all it depends on end."""
+    by_id = {t["id"]: t for t in tasks}
+    done: dict[str, tuple[float, float]] = {}
+
+    def visit(tid: str, path: tuple[str, ...] = ()) -> tuple[float, float]:
+        if tid in path:
+            raise ValueError(f"dependency cycle through {tid}")
+        if tid not in done:
+            deps = by_id[tid]["depends_on"].split()
+            start = max((visit(d, path + (tid,))[1] for d in deps), default=0.0)
+            done[tid] = (start, start + float(by_id[tid]["duration_weeks"]))
+        return done[tid]
+
+    for t in tasks:
+        visit(t["id"])
+    return done
+
+
+def critical_path(tasks: list[dict[str, str]], times: dict[str, tuple[float, float]]) -> list[str]:
+    by_id = {t["id"]: t for t in tasks}
+    tid = max(times, key=lambda k: times[k][1])
+    path = [tid]
+    while by_id[tid]["depends_on"].split():
+        tid = max(by_id[tid]["depends_on"].split(), key=lambda d: times[d][1])
+        path.append(tid)
+    return path[::-1]
+
+
+def cross_team_rollout(root: Path) -> dict[str, str]:
+    d = root / "exercises" / "cross-team-rollout" / "data"
+    tasks = rows(d / "workplan.csv")
+    cap = {r["team"]: r for r in rows(d / "capacity.csv")}
+    risks = rows(d / "risks.csv")
+    org = toml(d / "org.toml")
+    times = schedule(tasks)
+    path = critical_path(tasks, times)
+    ti = "training-infra"
+    demand: dict[str, float] = {}
+    for t in tasks:
+        demand[t["owner"]] = demand.get(t["owner"], 0.0) + float(t["effort_engineer_weeks"])
+        if t["support_team"]:
+            demand[t["support_team"]] = demand.get(t["support_team"], 0.0) + float(t["support_engineer_weeks"])
+    available_per_week = float(cap[ti]["engineers"]) * float(cap[ti]["share_for_this_programme"])
+    horizon = int(max(f for _, f in times.values()))
+    load = []
+    for w in range(horizon):  # effort spread evenly over each task's weeks, as the draft plan assumes
+        load.append(sum(float(t["effort_engineer_weeks"]) / float(t["duration_weeks"]) for t in tasks
+                        if t["owner"] == ti and times[t["id"]][0] <= w < times[t["id"]][1]))
+    peak_week = max(range(horizon), key=lambda w: load[w])
+    obs = cap["observability"]
+    obs_per_week = float(obs["engineers"]) * float(obs["share_for_this_programme"])
+    t8 = next(t for t in tasks if t["id"] == "T8")
+    ranked = sorted(risks, key=lambda r: -int(r["score"]))
+    unmitigated = [r["id"] for r in risks if not r["mitigation"].strip()]
+    gpu_prod_nodes = 12
+    llm_team = next(t for t in org["teams"] if t["id"] == "llm")
+    return {
+        "critical_path": " -> ".join(path),
+        "critical_path_weeks": f"{times[path[-1]][1]:.0f} weeks",
+        "t9_end_week": f"end of week {times['T9'][1]:.0f}",
+        "t3_end_week": f"end of week {times['T3'][1]:.0f}",
+        "ti_demand": num(demand[ti]),
+        "ti_capacity": num(float(cap[ti]["engineer_weeks"]), 1),
+        "ti_share_used": f"{demand[ti] / float(cap[ti]['engineer_weeks']):.0%}",
+        "ti_available_per_week": num(available_per_week, 1),
+        "ti_peak_load": num(load[peak_week], 1),
+        "ti_peak_week": f"week {peak_week + 1}",
+        "t8_weeks_at_capacity": f"{float(t8['effort_engineer_weeks']) / obs_per_week:.0f} weeks",
+        "ci_share_of_gpu_prod": f"{2 / gpu_prod_nodes:.1%}",
+        "top_risk": f"{ranked[0]['id']} ({ranked[0]['score']})",
+        "second_risk": f"{ranked[1]['id']} ({ranked[1]['score']})",
+        "unmitigated": ", ".join(unmitigated),
+        "llm_engineers": f"{llm_team['engineers']} engineers",
     }
 
 

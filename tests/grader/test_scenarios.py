@@ -256,6 +256,41 @@ def test_cost_efficiency_data_is_consistent():
         assert float(r["usd_per_billion_tokens"]) == pytest.approx(per_b, abs=0.005), r["option"]
 
 
+def test_cross_team_rollout_data_is_consistent():
+    d = data("cross-team-rollout")
+    org = {t["id"]: t for t in F.toml(d / "org.toml")["teams"]}
+    cap = F.rows(d / "capacity.csv")
+    assert {r["team"] for r in cap} == set(org)
+    for r in cap:
+        assert int(r["engineers"]) == org[r["team"]]["engineers"], r["team"]
+        assert float(r["engineer_weeks"]) == pytest.approx(
+            int(r["engineers"]) * float(r["share_for_this_programme"]) * int(r["weeks"])), r["team"]
+    tasks = F.rows(d / "workplan.csv")
+    ids = {t["id"] for t in tasks}
+    for t in tasks:
+        assert t["owner"] in org and (not t["support_team"] or t["support_team"] in org), t["id"]
+        assert set(t["depends_on"].split()) <= ids, t["id"]
+    F.schedule(tasks)  # raises on a dependency cycle
+    for r in F.rows(d / "risks.csv"):
+        assert 1 <= int(r["likelihood"]) <= 5 and 1 <= int(r["impact"]) <= 5
+        assert int(r["score"]) == int(r["likelihood"]) * int(r["impact"]), r["id"]
+    incidents = sum(int(r["incidents_last_quarter"].split(":")[0]) for r in F.rows(d / "teams_stack.csv"))
+    assert incidents == 6 and "six training incidents" in (REPO / "exercises/cross-team-rollout/BRIEF.md").read_text()
+
+
+def test_schedule_and_critical_path_on_a_small_plan():
+    plan = [{"id": "A", "duration_weeks": "2", "depends_on": ""},
+            {"id": "B", "duration_weeks": "3", "depends_on": "A"},
+            {"id": "C", "duration_weeks": "1", "depends_on": "A"},
+            {"id": "D", "duration_weeks": "2", "depends_on": "B C"}]
+    times = F.schedule(plan)
+    assert times == {"A": (0, 2), "B": (2, 5), "C": (2, 3), "D": (5, 7)}
+    assert F.critical_path(plan, times) == ["A", "B", "D"]
+    with pytest.raises(ValueError, match="cycle"):
+        F.schedule([{"id": "A", "duration_weeks": "1", "depends_on": "B"},
+                    {"id": "B", "duration_weeks": "1", "depends_on": "A"}])
+
+
 # ---- every quoted figure is the computed one ------------------------------------------------------
 
 QUOTED = {  # figure name -> the documents (relative to the repo) that quote it
@@ -275,6 +310,11 @@ QUOTED = {  # figure name -> the documents (relative to the repo) that quote it
         "rubrics/cost-efficiency.toml": ["status_quo_12", "nimbus_best_12", "big_job_p4d_h", "big_job_h100_h",
                                          "growth_12", "month12_h100_nodes"],
     }),
+    "cross-team-rollout": (F.cross_team_rollout, {
+        "solutions/cross-team-rollout/NOTES.md": "*",
+        "rubrics/cross-team-rollout.toml": ["critical_path", "ti_peak_load", "ti_available_per_week",
+                                            "t8_weeks_at_capacity", "ti_share_used"],
+    }),
 }
 
 
@@ -288,5 +328,7 @@ def _cases():
 
 @pytest.mark.parametrize("doc, name, text", list(_cases()))
 def test_quoted_figure_is_the_computed_one(doc, name, text):
-    body = (REPO / doc).read_text()
-    assert text in body, f"{doc} should quote {name} as {text!r}"
+    body = " ".join((REPO / doc).read_text().split())  # a figure may wrap across lines
+    # not part of a longer number: "7 engineers" must not match "17 engineers", "$1.04" not "$1.045"
+    pattern = r"(?<![\d.,])" + re.escape(text) + r"(?![\d]|[.,]\d)"
+    assert re.search(pattern, body), f"{doc} should quote {name} as {text!r}"
