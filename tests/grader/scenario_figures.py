@@ -124,6 +124,7 @@ def llm_architecture(root: Path) -> dict[str, str]:
         "ckpt_write_s": f"{chosen['write_s']:.0f} s",
         "young_min": f"{chosen['young_interval_min']:.0f} min",
         "waste": f"{chosen['waste_at_young_fraction']:.2%}",
+        "save_share_30min": f"{chosen['write_s'] / 1800:.1%}",
         "expected_failures": num(chosen["days"] * 24 / chosen["mtbf_h"], 1),
         "peak_overestimate": f"{1 / mfu_h100:.1f}x",
         "sparse_overestimate": f"{2 / mfu_h100:.1f}x",

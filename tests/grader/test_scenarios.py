@@ -295,8 +295,9 @@ def test_schedule_and_critical_path_on_a_small_plan():
 
 QUOTED = {  # figure name -> the documents (relative to the repo) that quote it
     "llm-architecture": (F.llm_architecture, {
-        "solutions/llm-architecture/NOTES.md": "*",
+        "solutions/llm-architecture/NOTES.md": [n for n in F.llm_architecture(REPO) if n != "save_share_30min"],
         "rubrics/llm-architecture.toml": ["chosen_cost", "onprem_days", "job_mtbf_h", "ckpt_write_s", "young_min"],
+        "rubrics/followups/llm-architecture.toml": ["save_share_30min", "waste", "young_min"],
     }),
     "gpu-allocation": (F.gpu_allocation, {
         "solutions/gpu-allocation/NOTES.md": [n for n in F.gpu_allocation(REPO) if n != "weeks"],
