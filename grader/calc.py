@@ -31,14 +31,14 @@ SOURCES = {
                 "Megatron-LM, SC 2021 (arXiv:2104.04473), Sec. 2.2",
     "goyal": "Goyal et al., Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour, 2017 "
              "(arXiv:1706.02677), Sec. 2.1-2.2",
-    "sqrt": "Krizhevsky, One weird trick for parallelizing convolutional neural networks, 2014 "
-            "(arXiv:1404.5997), Sec. 5",
+    "sqrt": "Hoffer et al., Train longer, generalize better, NeurIPS 2017 (arXiv:1705.08741); first "
+            "suggested in Krizhevsky, One weird trick for parallelizing CNNs, 2014 (arXiv:1404.5997)",
     "young": "Young, A first order approximation to the optimum checkpoint interval for restart dumps, "
              "CACM 17(9), 1974",
     "daly": "Daly, A higher order estimate of the optimum checkpoint interval for restart dumps, "
-            "Future Generation Computer Systems 22(3), 2006, Eq. 37",
+            "Future Generation Computer Systems 22(3), 2006",
     "kaplan": "Kaplan et al., Scaling Laws for Neural Language Models, 2020 (arXiv:2001.08361), Sec. 2.1 "
-              "(C = 6ND); MFU as defined by Chowdhery et al., PaLM, 2022 (arXiv:2204.02311), App. B",
+              "(C = 6ND); MFU as defined by Chowdhery et al., PaLM, 2022 (arXiv:2204.02311), Sec. 4.1 and App. B",
 }
 
 
@@ -93,7 +93,7 @@ def activation_bytes(layers: int, hidden: int, heads: int, seq_len: int, micro_b
     Korthikanti et al. 2022, per layer: s*b*h*(34 + 5*a*s/h) without parallelism;
     s*b*h*(10 + 24/t + 5*a*s/(h*t)) with tensor parallelism t; s*b*h/t*(34 + 5*a*s/h) with sequence
     parallelism too; selective recomputation drops the 5*a*s/h attention term; full recomputation
-    keeps only each layer's input, 2*s*b*h (divided by t with sequence parallelism)."""
+    keeps only each layer's input, 2*s*b*h (the paper's Table 2 figure, with or without parallelism)."""
     for n, v in (("layers", layers), ("hidden", hidden), ("heads", heads), ("seq_len", seq_len),
                  ("micro_batch", micro_batch), ("tp", tp)):
         _positive(n, v, integer=True)
@@ -102,7 +102,7 @@ def activation_bytes(layers: int, hidden: int, heads: int, seq_len: int, micro_b
     sbh = seq_len * micro_batch * hidden
     attention = 5 * heads * seq_len / hidden
     if recompute == "full":
-        per_layer = 2 * sbh / (tp if sequence_parallel else 1)
+        per_layer = 2 * sbh
     elif sequence_parallel:
         per_layer = sbh / tp * (34 + (0 if recompute == "selective" else attention))
     else:

@@ -197,7 +197,8 @@ def batch_cmd(micro_batch, dp, accum, global_batch, seq_len, base_lr, base_batch
     global batch = micro-batch * accumulation * data-parallel size
     linear rule: lr = base_lr * global/base_batch, after a gradual warm-up from base_lr
     over 5 epochs: Goyal et al. 2017 (arXiv:1706.02677), Sec. 2.1-2.2 (0.1 at 256 -> 3.2 at 8192)
-    sqrt rule: lr = base_lr * sqrt(global/base_batch): Krizhevsky 2014 (arXiv:1404.5997)
+    sqrt rule: lr = base_lr * sqrt(global/base_batch): Hoffer et al. 2017 (arXiv:1705.08741),
+    after Krizhevsky 2014 (arXiv:1404.5997)
     Neither rule holds without limit: check the loss curve against the small-batch run.
     """
     _show(_run(C.batch, micro_batch=micro_batch, dp=dp, accum=accum, global_batch=global_batch, base_lr=base_lr,
@@ -230,7 +231,7 @@ def checkpoint_cmd(size, params, weights, optimizer, master, bandwidth, mtbf, no
     (bf16 weights + fp32 master + Adam: 2 + 4 + 8 = 14 bytes/param)
     write time = size / bandwidth
     Young 1974 (CACM 17(9)): tau = sqrt(2 * C * MTBF), C = save cost (time training is blocked)
-    Daly 2006 (FGCS 22(3), Eq. 37): tau = sqrt(2CM)(1 + sqrt(C/2M)/3 + C/18M) - C, for C < 2M
+    Daly 2006 (FGCS 22(3)): tau = sqrt(2CM)(1 + sqrt(C/2M)/3 + C/18M) - C, for C < 2M
     waste(tau) = C/tau + (tau/2 + R)/MTBF; job MTBF = node MTBF / nodes (independent failures)
     """
     if (size is None) == (params is None):
@@ -263,7 +264,7 @@ def compute_cmd(params, tokens, peak_tflops, devices, mfu, gpu_hours, price, as_
 
     \b
     FLOPs = 6 * N * D      Kaplan et al. 2020 (arXiv:2001.08361), Sec. 2.1
-    device-hours = FLOPs / (peak * MFU) / 3600, MFU as in Chowdhery et al., PaLM 2022, App. B
+    device-hours = FLOPs / (peak * MFU) / 3600, MFU as in Chowdhery et al., PaLM 2022, Sec. 4.1
     Given --gpu-hours instead, the MFU they imply: FLOPs / (gpu_hours * 3600 * peak).
     """
     _show(_run(C.compute, params=params, tokens=tokens, peak_flops=peak_tflops * 1e12, devices=devices, mfu=mfu,

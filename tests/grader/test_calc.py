@@ -61,6 +61,7 @@ def test_activations_formulas_agree_without_parallelism():
     assert plain == C.activation_bytes(**shape, sequence_parallel=True)  # t = 1: the same formula
     assert plain == 40 * 4096 * 5120 * (34 + 5 * 40 * 4096 / 5120)
     assert C.activation_bytes(**shape, recompute="full") == 40 * 2 * 4096 * 5120
+    assert C.activation_bytes(**shape, tp=8, sequence_parallel=True, recompute="full") == 40 * 2 * 4096 * 5120
     assert C.activation_bytes(**shape, tp=8, sequence_parallel=True, recompute="selective") == \
         40 * 34 * 4096 * 5120 / 8
 
@@ -205,7 +206,7 @@ def test_units_do_not_convert_across_dimensions():
     ("memory", "w/[dp if zero>=3]", ("Rajbhandari", "Korthikanti")),
     ("allreduce", "2(n-1)/n", ("Patarasuk", "nccl-tests")),
     ("bubble", "(p-1)/(v*m)", ("Narayanan", "GPipe")),
-    ("batch", "micro-batch * accumulation", ("Goyal", "Krizhevsky")),
+    ("batch", "micro-batch * accumulation", ("Goyal", "Hoffer", "Krizhevsky")),
     ("checkpoint", "sqrt(2 * C * MTBF)", ("Young", "Daly")),
     ("compute", "6 * N * D", ("Kaplan", "PaLM")),
 ])
@@ -252,3 +253,12 @@ def test_cli_errors_exit_2_with_one_line(args, message):
     assert r.exit_code == 2
     error_lines = [line for line in r.output.splitlines() if line.startswith("Error:")]
     assert len(error_lines) == 1 and message in error_lines[0]
+
+
+def test_calculator_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, grader.calc, grader.units, grader.commands.calc; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

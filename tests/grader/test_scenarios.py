@@ -96,6 +96,7 @@ def test_scenario_has_rubric_notes_and_every_file(scenarios, slug):
     assert s.notes.is_file() and "Worked figures" in s.notes.read_text()
     brief = s.brief.read_text()
     assert f"**{m.minutes} minutes**" in brief and "feedback round" in brief  # the time budget, stated once
+    assert f"{rubric.feedback.revision_minutes} minutes to revise" in " ".join(brief.split())
     assert any(f.startswith("data/") for f in m.files)
 
 
