@@ -43,6 +43,7 @@ def llm_architecture(root: Path) -> dict[str, str]:
     opts = {r["option"]: r for r in rows(d / "options.csv")}
     bench = {r["id"]: r for r in rows(d / "benchmarks.csv")}
     rel = toml(d / "reliability.toml")
+    project = toml(d / "project.toml")
     n, tokens = model["params"], model["tokens"]
     peak = {k: float(v["bf16_dense_tflops"]) * 1e12 for k, v in hw.items()}
 
@@ -59,7 +60,8 @@ def llm_architecture(root: Path) -> dict[str, str]:
     ckpt_bytes = n * sum(v for k, v in C.state_bytes_per_param("bf16", None, "adam", True).items() if k != "grads")
     write_bw = rel["storage"]["arcadia_shared_fs"]["aggregate_write_GBps"] * 1e9
     restart_s = rel["restart"]["minutes"] * 60
-    train_days_available = (10 - int(opts["arcadia-h100"]["lead_time_weeks"]) - 1) * 7  # deadline - lead - validation
+    train_days_available = (project["deadline_weeks"] - int(opts["arcadia-h100"]["lead_time_weeks"]) -
+                            project["validation_weeks"]) * 7
 
     def arcadia(nodes: int, gpu_hours: float) -> dict[str, float]:
         g = nodes * int(opts["arcadia-h100"]["accelerators_per_node"])
@@ -102,7 +104,9 @@ def llm_architecture(root: Path) -> dict[str, str]:
         "chosen_gpus": f"{g} GPUs",
         "chosen_days": num(chosen["days"], 1),
         "chosen_cost": usd(chosen["cost"]),
-        "budget_left": usd(900_000 - chosen["cost"]),
+        "budget": usd(project["budget_usd"]),
+        "deadline": f"{project['deadline_weeks']} weeks",
+        "budget_left": usd(project["budget_usd"] - chosen["cost"]),
         "two_fewer_days": num(plans[fits[0] - 2]["days"], 1),
         "two_more_cost": usd(plans[fits[0] + 2]["cost"]),
         "gpu_hours_at_35": num(at35["gpu_hours"]),
@@ -157,6 +161,8 @@ def gpu_allocation(root: Path) -> dict[str, str]:
                             costs["purchase"]["hgx_a100_power_kW"] * o["colocation_usd_per_kW_month"]) / (8 * HOURS_PER_MONTH)
     return {
         "weeks": str(n_weeks),
+        "budget": usd(costs["budget"]["new_spend_usd"]),
+        "tpu_months_left": f"{t['months_remaining']} months",
         "llm_util": f"{util['llm']:.1%}",
         "vision_util": f"{util['vision']:.1%}",
         "tpu_util": f"{util['recsys']:.1%}",
