@@ -30,6 +30,8 @@ COMMANDS = {
     "session": "session",
     "report": "report",
     "bundle": "bundle",
+    "calc": "calc",
+    "quiz": "quiz",
 }
 
 

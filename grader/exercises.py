@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.manifest import MANIFEST, Manifest, ManifestError, load_manifest
+from grader.scenario import Scenario, load_scenario, manifest_kind
 
 KIT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,13 +36,18 @@ class Exercise:
     def brief(self) -> Path:
         return self.dir / "BRIEF.md"
 
+    @property
+    def kind(self) -> str:
+        return "script"
+
 
 def exercises_dir(root: Path | None = None) -> Path:
     return (root or kit_root()) / "exercises"
 
 
-def discover(root: Path | None = None) -> tuple[list[Exercise], list[str]]:
-    """Every exercise that loads, and one error line for each that does not."""
+def discover(root: Path | None = None) -> tuple[list[Exercise | Scenario], list[str]]:
+    """Every exercise (script or design scenario) that loads, and one error line for each that
+    does not: a bad manifest breaks only its own exercise."""
     found, errors = [], []
     base = exercises_dir(root)
     if not base.is_dir():
@@ -50,18 +56,33 @@ def discover(root: Path | None = None) -> tuple[list[Exercise], list[str]]:
         if not (d / MANIFEST).exists():
             continue
         try:
-            found.append(_exercise(load_manifest(d / MANIFEST), d, root))
+            found.append(_load(d, root))
         except ManifestError as e:
             errors.append(str(e))
     return found, errors
 
 
-def find(slug: str, root: Path | None = None) -> Exercise:
+def find(slug: str, root: Path | None = None) -> Exercise | Scenario:
     d = exercises_dir(root) / slug
     if not (d / MANIFEST).exists():
         names, _ = discover(root)
         known = ", ".join(e.slug for e in names) or "none found"
         raise ManifestError(f"no exercise {slug!r} (known: {known}); see `trainwreck list`")
+    return _load(d, root)
+
+
+def find_script(slug: str, root: Path | None = None) -> Exercise:
+    """An exercise with a script to run and grade; a design scenario is refused in one line."""
+    ex = find(slug, root)
+    if isinstance(ex, Scenario):
+        raise ManifestError(f"{slug} is a design scenario: there is no script to run or grade; the interviewer "
+                            f"scores it (`trainwreck show {slug}` for the brief, `trainwreck session new` to run it)")
+    return ex
+
+
+def _load(d: Path, root: Path | None) -> Exercise | Scenario:
+    if manifest_kind(d) == "scenario":
+        return load_scenario(d, root)
     return _exercise(load_manifest(d / MANIFEST), d, root)
 
 

@@ -65,6 +65,7 @@ class Issue(_Strict):
 
 class Manifest(_Strict):
     format_version: int
+    kind: Literal["script"] = "script"  # a design scenario has its own manifest (grader/scenario.py)
     slug: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     title: str
     symptom: str

@@ -77,6 +77,8 @@ class When(_Strict):
 class Followup(_Strict):
     question: str = Field(min_length=1)
     strong_answer: str | None = None
+    weak_answer: str | None = None  # what a weak answer misses (the exercise banks say)
+    theme: str | None = None  # the staff-level theme of an exercise bank's question
     when: When | None = None  # left out: always shown
 
 
@@ -329,18 +331,12 @@ def for_exercise(manifest: Any, manifest_path: Path | str = "exercise.toml", roo
 
 
 def exercise_followups(slug: str, root: Path | None = None) -> list[Followup]:
-    """An exercise's own follow-up bank, ``rubrics/followups/<slug>.toml`` (``[[followups]]`` as
-    in a rubric), or none."""
-    path = rubrics_dir(root) / FOLLOWUPS_DIR / f"{slug}.toml"
-    if not path.exists():
+    """An exercise's own staff-level bank (``rubrics/followups/<slug>.toml``, loaded and checked by
+    ``grader.questions``) as rubric follow-ups, or none."""
+    from grader.questions import bank_dir, load_bank
+
+    if not (bank_dir(root) / f"{slug}.toml").is_file():
         return []
-    data = _read_toml(path)
-    out = []
-    for k, f in enumerate(data.get("followups", [])):
-        try:
-            out.append(Followup.model_validate(f))
-        except ValidationError as e:
-            msg = describe_validation_error(path, e)
-            p, _, rest = msg.partition(": ")
-            raise RubricError(f"{p}: followups[{k}].{rest}") from None
-    return out
+    return [Followup(question=f.question, strong_answer=f.strong_answer, weak_answer=f.weak_answer, theme=f.theme,
+                     when=When(check=f.when.check, passed=f.when.passed) if f.when else None)
+            for f in load_bank(slug, root).followups]

@@ -15,7 +15,7 @@ from grader.errors import EXIT_FAIL, EXIT_OK
 def command(slug):
     """The kit end to end on one exercise: the broken script graded (failing, with its evidence),
     then the reference fix graded (passing)."""
-    from grader.exercises import find
+    from grader.exercises import find_script as find
     from grader.grade import GradeOptions, grade
 
     ex = find(slug)

@@ -44,7 +44,7 @@ def command(slug, workspace, kind, repeats, device, out, as_json):
     kind = kind or "workspace"
     if kind == "workspace" and workspace is None:
         raise UserError("give --workspace DIR (your edited files), or --solution / --broken")
-    from grader.exercises import find
+    from grader.exercises import find_script as find
     from grader.grade import GradeOptions, grade
 
     res = grade(find(slug), GradeOptions(kind=kind, workspace=workspace, out_dir=out, repeats=repeats,

@@ -13,7 +13,7 @@ from grader import console
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 def command(slug, device):
     """Run the broken script of SLUG and keep its logs/ and baseline.json in the exercise folder."""
-    from grader.exercises import find
+    from grader.exercises import find_script as find
     from grader.record import record
 
     ex = find(slug)

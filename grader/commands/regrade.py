@@ -17,7 +17,7 @@ from grader import console
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 def command(result_json, as_json):
     """Judge the run dirs of an earlier grading again, without re-running anything."""
-    from grader.exercises import find
+    from grader.exercises import find_script as find
     from grader.grade import regrade
     from grader.result import GradeResult
 

@@ -68,7 +68,7 @@ def _config_for(target: str, script_args: list[str], **opts) -> LaunchConfig:
             raise UserError(f"script not found: {target} (give a Python file or an exercise slug)")
         script = path
     else:
-        from grader.exercises import find  # pydantic: only when a slug is given
+        from grader.exercises import find_script as find  # pydantic: only when a slug is given
 
         ex = find(target)
         script = ex.script

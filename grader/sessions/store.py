@@ -39,8 +39,9 @@ BUSY_TIMEOUT_MS = 30_000  # a grading holds the write lock for milliseconds; a q
 
 
 def default_db() -> Path:
-    home = os.environ.get("TRAINWRECK_HOME")
-    return (Path(home) if home else Path.home() / ".trainwreck") / "sessions.db"
+    from harness.defaults import user_home
+
+    return user_home() / "sessions.db"
 
 
 def connect(path: Path) -> sqlite3.Connection:

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from grader.errors import TrainwreckError
 from grader.rubric import RubricError, exercise_followups, for_exercise, load_all, load_rubric, rubric_id_for
 
 GOOD = """
@@ -179,11 +180,17 @@ def test_followups_follow_the_evidence(tmp_path, attempts, questions):
 
 
 def test_exercise_followup_bank(tmp_path):
+    """The exercise's staff-level bank (grader.questions' format) as rubric follow-ups."""
     bank = tmp_path / "rubrics" / "followups"
     bank.mkdir(parents=True)
-    (bank / "ex.toml").write_text('[[followups]]\nquestion = "own"\nwhen = { check = "completes" }\n')
-    assert [f.question for f in exercise_followups("ex", tmp_path)] == ["own"]
+    (tmp_path / "exercises" / "ex").mkdir(parents=True)
+    (tmp_path / "exercises" / "ex" / "exercise.toml").write_text('[[checks]]\nname = "completes"\n')
+    (bank / "ex.toml").write_text(
+        'format_version = 1\nexercise = "ex"\n[[followups]]\nid = "own"\ntheme = "exercise"\nquestion = "own"\n'
+        'strong_answer = "s"\nweak_answer = "w"\nwhen = { check = "completes", passed = false }\n')
+    got = exercise_followups("ex", tmp_path)
+    assert [(f.question, f.weak_answer, f.when.check, f.when.passed) for f in got] == [("own", "w", "completes", False)]
     assert exercise_followups("other", tmp_path) == []
-    (bank / "ex.toml").write_text('[[followups]]\nquestoin = "x"\n')
-    with pytest.raises(RubricError, match=r"ex.toml: followups\[0\]\."):
+    (bank / "ex.toml").write_text('format_version = 1\nexercise = "ex"\n[[followups]]\nquestoin = "x"\n')
+    with pytest.raises(TrainwreckError, match=r"ex.toml: followups\[0\]\."):
         exercise_followups("ex", tmp_path)
