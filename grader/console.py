@@ -148,6 +148,24 @@ def verify_line(v) -> None:
         text(f"    - {p}")
 
 
+def variant_line(o) -> None:
+    """One variant of the corpus graded (a ``grader.variants.Outcome``)."""
+    j = o.to_json()
+    colour = "green" if o.agrees else "red"
+    out.print(f"[bold {colour}]{'agree' if o.agrees else 'DISAGREE'}[/] {j['variant']} ({j['class']}): expected "
+              f"{j['expect']}, got {j['got']}" + (f"; failed {', '.join(j['failed'])}" if j["failed"] else ""),
+              markup=True)
+    if o.problem:
+        text(f"    - {o.problem}")
+
+
+def variant_summary(per: dict) -> None:
+    rows = [[slug, r["variants"], r["agree"], r["false_pass"], r["false_fail"]] for slug, r in sorted(per.items())]
+    total = [sum(r[i] for r in rows) for i in range(1, 5)]
+    table("variant corpus", ["exercise", "variants", "agree", "false pass", "false fail"],
+          [*rows, ["all", *total]])
+
+
 def _ms(v: float) -> str:
     return f"{v:.2f}" if v < 10 else f"{v:.1f}"
 

@@ -19,8 +19,13 @@ from grader.errors import EXIT_FAIL, EXIT_OK, UserError
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Where the gradings go (default .trainwreck/verify/<time>).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
-def command(slugs, device, out, as_json):
+@click.option("--variants", is_flag=True,
+              help="Grade the variant corpus (tests/variants/<slug>/<name>) instead: every valid fix in another "
+                   "style must pass, every partial fix and cheat must fail as its variant.toml says.")
+def command(slugs, device, out, as_json, variants):
     """Prove every exercise (or SLUGS) fails as shipped and passes with its reference solution."""
+    if variants:
+        _variants(list(slugs), device, out, as_json)
     from grader.exercises import discover
     from grader.exercises import find_script as find
     from grader.verify import Verification, verify
@@ -41,3 +46,36 @@ def command(slugs, device, out, as_json):
     if as_json:
         console.emit_json({"exercises": [v.to_json() for v in report]})
     sys.exit(EXIT_OK if all(v.ok for v in report) else EXIT_FAIL)
+
+
+def _variants(slugs: list[str], device: str, out: Path | None, as_json: bool) -> None:
+    from grader.variants import discover as discover_variants
+    from grader.variants import grade_variant
+
+    corpus = discover_variants(slugs or None)
+    if not corpus:
+        raise UserError("no variants found under tests/variants" + (f" for {', '.join(slugs)}" if slugs else ""))
+    out = (out or Path(".trainwreck") / "variants" / datetime.now().strftime("%Y%m%d-%H%M%S")).resolve()
+    outcomes = []
+    for v in corpus:
+        console.info(f"variant {v.id} ({v.spec.kind}, expected to {v.spec.expect})")
+        o = grade_variant(v, out / v.slug / v.name, device=device, progress=console.info)
+        outcomes.append(o)
+        if not as_json:
+            console.variant_line(o)
+    if as_json:
+        console.emit_json({"variants": [o.to_json() for o in outcomes], "agreement": _agreement(outcomes)})
+    else:
+        console.variant_summary(_agreement(outcomes))
+    sys.exit(EXIT_OK if all(o.agrees for o in outcomes) else EXIT_FAIL)
+
+
+def _agreement(outcomes) -> dict:
+    per: dict[str, dict[str, int]] = {}
+    for o in outcomes:
+        row = per.setdefault(o.variant.slug, {"variants": 0, "agree": 0, "false_pass": 0, "false_fail": 0})
+        row["variants"] += 1
+        row["agree"] += o.agrees
+        if not o.agrees:
+            row["false_pass" if o.variant.spec.expect == "fail" else "false_fail"] += 1
+    return per
