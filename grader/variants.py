@@ -3,8 +3,10 @@ does, each with the verdict it must get and why. A valid fix in another style mu
 fix or a symptom patch must fail; a cheat must fail. ``trainwreck verify --variants`` grades every
 variant as a candidate's workspace and reports each disagreement.
 
-A variant folder holds the exercise's editable files as the variant writes them, and
-``variant.toml``::
+A variant folder holds either the exercise's editable files as the variant writes them, or
+``fix.patch``: a unified diff against the exercise's broken files (``--- a/train.py`` /
+``+++ b/train.py``), which reads as the change a candidate made and survives unrelated edits of
+the broken script. And ``variant.toml``::
 
     format_version = 1
     class = "valid"          # valid | partial | cheat
@@ -17,6 +19,8 @@ A variant folder holds the exercise's editable files as the variant writes them,
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,11 +144,34 @@ def judge(v: Variant, res: GradeResult) -> Outcome:
     return Outcome(v, res, True, failed=failed)
 
 
+PATCH = "fix.patch"
+
+
+def workspace(v: Variant, ex, dest: Path) -> Path:
+    """The folder to grade: the variant's own files, or the exercise's broken files with
+    ``fix.patch`` applied (``git apply``, which needs no repository)."""
+    patch = v.dir / PATCH
+    if not patch.is_file():
+        return v.dir
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in ex.manifest.editable:
+        (dest / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ex.dir / f, dest / f)
+    p = subprocess.run(["git", "apply", "--whitespace=nowarn", str(patch.resolve())], cwd=dest,
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        why = (p.stderr.strip().splitlines() or ["git apply failed"])[0]
+        raise ManifestError(f"{patch}: does not apply to exercises/{v.slug}'s files ({why}); regenerate it with "
+                            f"`diff -u` against the current broken script")
+    return dest
+
+
 def grade_variant(v: Variant, out_dir: Path, device: str = "auto", progress=lambda s: None) -> Outcome:
     from grader.exercises import find_script
     from grader.grade import GradeOptions, grade
 
     ex = find_script(v.slug)
-    res = grade(ex, GradeOptions(kind="workspace", workspace=v.dir, out_dir=out_dir, device=device,
+    ws = workspace(v, ex, out_dir / "workspace")
+    res = grade(ex, GradeOptions(kind="workspace", workspace=ws, out_dir=out_dir / "grade", device=device,
                                  quick_throughput=v.spec.throughput == "quick"), progress)
     return judge(v, res)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,23 @@ def test_discover_filters_by_exercise(tmp_path):
     _variant(tmp_path, GOOD)
     assert [v.id for v in discover(None, tmp_path)] == ["memory-leak/v1"]
     assert discover(["lr-scaling"], tmp_path) == []
+
+
+def test_a_patch_variant_is_the_broken_files_with_the_patch_applied(tmp_path):
+    from grader.exercises import find_script
+    from grader.variants import PATCH, workspace
+
+    ex = find_script("memory-leak")
+    d = _variant(tmp_path, GOOD)
+    (d / "train.py").unlink()
+    broken = (ex.dir / "train.py").read_text()
+    line = next(x for x in broken.splitlines() if x.startswith("EPOCHS"))
+    fixed = broken.replace(line, "EPOCHS = 1")
+    diff = difflib.unified_diff(broken.splitlines(keepends=True), fixed.splitlines(keepends=True), "a/train.py",
+                                "b/train.py")
+    (d / PATCH).write_text("".join(diff))
+    ws = workspace(load_variant(d, "memory-leak"), ex, tmp_path / "ws")
+    assert (ws / "train.py").read_text() == broken.replace(line, "EPOCHS = 1")
+    (d / PATCH).write_text("--- a/train.py\n+++ b/train.py\n@@ -1 +1 @@\n-no such line\n+x\n")
+    with pytest.raises(ManifestError, match="fix.patch: does not apply"):
+        workspace(load_variant(d, "memory-leak"), ex, tmp_path / "ws2")
