@@ -34,7 +34,8 @@ from harness.phases import read_run as read_profile
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Wall-clock limit for the whole job.")
 @click.option("--run-dir", type=click.Path(path_type=Path), default=None,
-              help="Where to write the run's artifacts (default runs/<name>-<time>).")
+              help="Where to write the run's artifacts (default runs/<name>-<time>, in a practice workspace's root "
+                   "when run inside one).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead of tables.")
 @click.option("--tee", is_flag=True, help="Also print every rank's output (to stderr, prefixed with its rank).")
 @click.option("--profile", is_flag=True,
@@ -64,9 +65,10 @@ def command(target, script_args, nproc, nnodes, rdzv_endpoint, rdzv_id, max_rest
 
 def _config_for(target: str | None, script_args: list[str], **opts) -> LaunchConfig:
     settings: dict = {}
+    runs_under = Path(".")
     practice = _practice_script(target)
     if practice is not None:
-        script, settings, args = practice
+        script, settings, args, runs_under = practice
         script_args = script_args or args
     elif target is None:
         raise UserError("give TARGET (a script or an exercise slug), or run `trainwreck run` inside a practice "
@@ -91,16 +93,17 @@ def _config_for(target: str | None, script_args: list[str], **opts) -> LaunchCon
     settings.setdefault("nproc", defaults.NPROC)
     cfg = LaunchConfig(script=script, script_args=script_args, **settings)
     if cfg.run_dir is None:
-        cfg.run_dir = default_run_dir(script)
+        cfg.run_dir = runs_under / default_run_dir(script)
     cfg.cwd = Path(cfg.run_dir) / "work"  # the script's relative paths (checkpoints) stay in the run
     cfg.cwd.mkdir(parents=True, exist_ok=True)
     return cfg
 
 
-def _practice_script(target: str | None) -> tuple[Path, dict, list[str]] | None:
+def _practice_script(target: str | None) -> tuple[Path, dict, list[str], Path] | None:
     """Inside a practice workspace, with no TARGET or TARGET naming the workspace's own script: that
-    script with the exercise's world size, arguments and timeouts; otherwise None. The state file
-    is read without pydantic; the manifest only once a workspace is found."""
+    script with the exercise's world size, arguments and timeouts, and the workspace's root (its
+    runs go in its runs/ folder, wherever in it the command was typed); otherwise None. The state
+    file is read without pydantic; the manifest only once a workspace is found."""
     from grader.practice.state import find_root
 
     root = find_root(Path.cwd())
@@ -120,4 +123,4 @@ def _practice_script(target: str | None) -> tuple[Path, dict, list[str]] | None:
     run = ex.manifest.run
     settings = {"nproc": ex.manifest.world_size, "hang_timeout": run.hang_timeout,
                 "startup_timeout": run.startup_timeout, "timeout": run.timeout, "pg_timeout": run.pg_timeout}
-    return script, settings, list(run.args)
+    return script, settings, list(run.args), ws.root

@@ -1,0 +1,203 @@
+"""`trainwreck watch` through the CLI: real file-system events (watchfiles) on a real workspace.
+Most tests put stand-in gradings in place of the child process, for speed; the last one runs real
+gradings, cancels one mid-run by saving again, and checks nothing of it is left running."""
+
+from __future__ import annotations
+
+import _thread
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import assert_nothing_left
+from tests.grader.commands.practice_fakes import FakeGrader, fake_grading
+
+SLUG = "memory-leak"
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRAINWRECK_HOME", str(tmp_path / "home"))
+    from grader import console
+
+    monkeypatch.setattr(console.out, "width", 400)
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def ws(invoke, tmp_path) -> Path:
+    assert invoke("start", SLUG, "--dir", str(tmp_path / "ws")).code == 0
+    return tmp_path / "ws"
+
+
+@pytest.fixture
+def grader(monkeypatch) -> Callable[..., FakeGrader]:
+    def install(hold: tuple[int, ...] = ()) -> FakeGrader:
+        fake = FakeGrader(hold)
+        monkeypatch.setattr("grader.practice.grading.spawn", fake)
+        return fake
+
+    return install
+
+
+def meanwhile(*steps: Callable[[], None], deadline_s: float = 30.0) -> threading.Thread:
+    """Run ``steps`` in order on a thread while the test's main thread watches; a watch still going
+    after ``deadline_s`` is stopped as Ctrl-C would (the test then fails on what it printed)."""
+    done = threading.Event()
+
+    def go() -> None:
+        for step in steps:
+            step()
+        done.wait(deadline_s)
+        if not done.is_set():
+            _thread.interrupt_main()
+
+    t = threading.Thread(target=go, daemon=True)
+    t.done = done  # type: ignore[attr-defined]
+    t.start()
+    return t
+
+
+def until(cond: Callable[[], bool], timeout: float = 20.0) -> Callable[[], None]:
+    def wait() -> None:
+        end = time.time() + timeout
+        while not cond() and time.time() < end:
+            time.sleep(0.02)
+
+    return wait
+
+
+def save(path: Path, text: str, settle_s: float = 0.0) -> Callable[[], None]:
+    def write() -> None:
+        path.write_text(text)
+        time.sleep(settle_s)
+
+    return write
+
+
+def events(out: str) -> list[dict]:
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def test_a_save_is_seen_and_graded_again_an_unchanged_save_is_not(invoke, ws, grader):
+    fake = grader()
+    shipped = (ws / "train.py").read_text()
+    t = meanwhile(until(lambda: fake.jobs and fake.jobs[0].reported.is_set()),
+                  save(ws / "train.py", shipped, settle_s=0.6),  # rewritten as it was: nothing to grade
+                  save(ws / "train.py", shipped + "# my fix\n"))
+    p = invoke("watch", "--max-runs", "2", "--no-clear", cwd=ws)
+    t.done.set()
+    assert p.code == 0, p.err
+    assert len(fake.jobs) == 2
+    assert "grading 1 (as it is now" in p.out and "grading 2 (train.py saved" in p.out
+    assert "host RSS grows 2.1 MB per step (grading 1)" in p.out
+    assert "host RSS grows 2.1 MB per step (grading 2)" in p.out and p.out.count("NOT YET") == 2
+    assert "running main (fake grading 2)" in p.err and "stopped watching after 2 gradings" in p.err
+
+
+def test_a_save_while_grading_cancels_the_grading_in_flight(invoke, ws, grader):
+    fake = grader(hold=(1,))
+    t = meanwhile(until(lambda: len(fake.jobs) == 1), save(ws / "train.py", "# saved mid-grading\n"))
+    p = invoke("watch", "--max-runs", "1", "--json", cwd=ws)
+    t.done.set()
+    assert p.code == 0, p.err
+    ev = events(p.out)
+    assert [e["event"] for e in ev] == ["watching", "grading", "progress", "cancelled", "grading", "progress",
+                                        "result", "stopped"]
+    assert ev[1] | {"t": 0} == {"event": "grading", "t": 0, "n": 1, "reason": "start", "files": []}
+    cancelled = ev[3]
+    assert (cancelled["n"], cancelled["reason"], cancelled["files"]) == (1, "saved", ["train.py"])
+    assert ev[4]["n"] == 2 and ev[4]["reason"] == "saved"
+    assert ev[6]["view"]["checks"][0]["message"].endswith("(grading 2)")
+    assert ev[7]["reason"] == "max-runs" and ev[7]["finished"] == 1
+    assert [j.cancelled for j in fake.jobs] == [True, False]
+
+
+def test_ctrl_c_cancels_the_grading_and_exits_cleanly(invoke, ws, grader):
+    fake = grader(hold=(1,))
+    t = meanwhile(until(lambda: len(fake.jobs) == 1), lambda: time.sleep(0.3), _thread.interrupt_main)
+    p = invoke("watch", "--json", cwd=ws)
+    t.done.set()
+    assert p.code == 0, p.err
+    ev = events(p.out)
+    assert [e["event"] for e in ev][-2:] == ["cancelled", "stopped"]
+    assert ev[-2]["reason"] == "interrupted" and ev[-1]["reason"] == "interrupted"
+    assert fake.jobs[0].cancelled
+
+
+def test_unchanged_since_the_last_grading_is_shown_not_graded_again(invoke, ws, grader, monkeypatch):
+    fake_grading(monkeypatch, {"completes": True, "memory_flat": False})
+    assert invoke("grade", cwd=ws).code == 1
+    fake = grader()
+    t = meanwhile(lambda: time.sleep(1.0), save(ws / "train.py", "# changed\n"))
+    p = invoke("watch", "--json", "--max-runs", "1", cwd=ws)
+    t.done.set()
+    ev = events(p.out)
+    assert [e["event"] for e in ev][:3] == ["watching", "unchanged", "grading"]
+    assert ev[1]["view"]["attempt"] == 1 and "memory_flat broke" in ev[1]["view"]["checks"][1]["message"]
+    assert ev[2]["reason"] == "saved" and len(fake.jobs) == 1
+
+
+def test_a_missing_file_is_waited_for(invoke, ws, grader):
+    fake = grader()
+    text = (ws / "train.py").read_text()
+    t = meanwhile(until(lambda: fake.jobs and fake.jobs[0].reported.is_set()),
+                  lambda: ((ws / "train.py").unlink(), time.sleep(0.6)),
+                  save(ws / "train.py", text + "# back\n"))
+    p = invoke("watch", "--json", "--max-runs", "2", cwd=ws)
+    t.done.set()
+    kinds = [e["event"] for e in events(p.out)]
+    assert "missing" in kinds and kinds.count("result") == 2 and len(fake.jobs) == 2
+
+
+# ---- real gradings ----
+TW = [sys.executable, "-m", "grader.cli"]
+
+
+@pytest.mark.slow
+def test_a_real_grading_cancelled_by_a_save_leaves_nothing_running(tmp_path):
+    """amp-no-scaler: one run plus the cached reference, the quickest grading in the kit."""
+    env = {**os.environ, "TRAINWRECK_HOME": str(tmp_path / "home")}
+    ws = tmp_path / "ws"
+    subprocess.run([*TW, "start", "amp-no-scaler", "--dir", str(ws)], env=env, check=True, capture_output=True)
+    grades = tmp_path / "home" / "practice" / "grades"
+    with open(tmp_path / "watch.jsonl", "w") as out, open(tmp_path / "watch.err", "w") as err:
+        p = subprocess.Popen([*TW, "watch", "--json", "--max-runs", "1"], cwd=ws, env=env, stdout=out, stderr=err)
+    try:
+        deadline = time.time() + 120
+        first: Path | None = None
+        while time.time() < deadline and first is None:
+            running = [f for f in grades.glob("*/*/runs/main/ranks/0/events.jsonl") if f.stat().st_size > 0]
+            first = running[0].parents[4] if running else None
+            time.sleep(0.2)
+        assert first is not None, (tmp_path / "watch.err").read_text()[-2000:]
+        # the second version does not even parse: its grading ends fast, with the evidence of why
+        (ws / "train.py").write_text((ws / "train.py").read_text() + "\nthis is not python(\n")
+        code = p.wait(timeout=150)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    log = (tmp_path / "watch.err").read_text()
+    assert code == 0, log[-2000:]
+    ev = events((tmp_path / "watch.jsonl").read_text())
+    kinds = [e["event"] for e in ev]
+    assert kinds[:2] == ["watching", "grading"] and kinds[-2:] == ["result", "stopped"], kinds
+    (cancelled,) = [e for e in ev if e["event"] == "cancelled"]
+    assert cancelled["n"] == 1 and cancelled["reason"] == "saved"
+    assert not first.exists()  # the cancelled grading's folder is gone
+    assert_nothing_left(grades)
+    result = ev[-2]
+    assert result["n"] == 2 and result["view"]["attempt"] == 1  # the cancelled one was never recorded
+    completes = next(c for c in result["view"]["checks"] if c["name"] == "completes")
+    assert not completes["passed"] and "SyntaxError" in completes["message"]
+    state = json.loads((ws / ".trainwreck-practice.json").read_text())
+    assert [a["n"] for a in state["attempts"]] == [1] and state["attempts"][0]["failed"][0] == "completes"
+    print(f"cancel took {cancelled['seconds']:.2f} s; save seen to grading 2 started: "
+          f"{ev[kinds.index('cancelled') + 1]['t'] - cancelled['t'] + cancelled['seconds']:.2f} s")
