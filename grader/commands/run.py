@@ -109,9 +109,15 @@ def _practice_script(target: str | None) -> tuple[Path, dict, list[str], Path] |
     root = find_root(Path.cwd())
     if root is None or (target is not None and not Path(target).is_file()):
         return None
+    from grader.practice.state import PracticeError
     from grader.practice.workspace import open_workspace
 
-    ws = open_workspace(root)
+    try:
+        ws = open_workspace(root)
+    except PracticeError:
+        if target is None:
+            raise
+        return None  # a script named outright runs whatever the workspace's state file says
     if target is not None and ws.scenario:
         return None
     ex = ws.require_script("run")

@@ -5,8 +5,8 @@ What practice shows of a grading (:func:`view`) is each check's verdict and mess
 was observed ("host RSS grows 2.1 MB per step"), never what to change; not the checks' evidence
 dicts, which hold thresholds and figures a message does not state, nor the reference's paths. The
 full result.json is kept with the run dirs under ``$TRAINWRECK_HOME/practice/grades/``, outside the
-workspace: a grading assembles the reference solution for its throughput rounds, and that must not
-land in the candidate's folder.
+workspace (the newest few per workspace); the copies a grading assembles to run (the exercise
+folder with its manifest, and for throughput the reference fix) are removed once it is recorded.
 
 :class:`GradingProcess` runs the same grading in a child process (``trainwreck grade --json``
 inside the workspace), which `watch` can cancel: SIGTERM makes the harness end every rank's process
@@ -39,6 +39,7 @@ from harness.defaults import user_home
 KEEP_GRADINGS = 5  # finished gradings kept on disk per workspace (their summaries stay in the state file)
 ABANDONED_S = 6 * 3600  # an unfinished grading folder this old belongs to a grading that was killed
 Progress = Callable[[str], None]
+ASSEMBLED = ("submission", "throughput-broken", "throughput-reference")  # grader.grade's copies to run
 
 
 def grades_root(ws_root: Path, slug: str) -> Path:
@@ -125,10 +126,20 @@ def grade_workspace(ws: Workspace, *, repeats: int | None = None, device: str = 
         raise PracticeError(f"{ws.root} lacks {', '.join(missing)}; restore it with `trainwreck reset` (your other "
                             "files are backed up first) and grade again")
     out_dir = Path(out or new_out_dir(ws)).resolve()
-    with _sigterm_interrupts():
-        res = grade(ex, GradeOptions(kind="workspace", workspace=ws.root, out_dir=out_dir, repeats=repeats,
-                                     device=device), progress=progress)
-        shown = record(ws, res, len(ex.manifest.hints))
+    finished = False
+    try:
+        with _sigterm_interrupts():
+            res = grade(ex, GradeOptions(kind="workspace", workspace=ws.root, out_dir=out_dir, repeats=repeats,
+                                         device=device), progress=progress)
+            shown = record(ws, res, len(ex.manifest.hints))
+        finished = True
+    finally:
+        # the assembled copies hold the manifest (hints, thresholds) and, for throughput, the
+        # reference fix; the run dirs and result.json are all that re-judging and reading need
+        for name in ASSEMBLED:
+            shutil.rmtree(out_dir / name, ignore_errors=True)
+        if out is None and not finished:
+            shutil.rmtree(out_dir, ignore_errors=True)
     if out is None:
         prune(grades_root(ws.root, ws.slug))
     return res, shown

@@ -51,7 +51,10 @@ def open_workspace(start: Path | None = None) -> Workspace:
     if root is None:
         raise st.not_in_workspace(start)
     state = st.load(root)
-    st.register(root, state.exercise)
+    try:
+        st.register(root, state.exercise)
+    except PracticeError:
+        pass  # a registry that cannot be read is `list`'s to report; this workspace works without it
     return Workspace(root, state)
 
 

@@ -275,12 +275,17 @@ def test_list_shows_progress_and_survives_a_deleted_workspace(invoke, tmp_path, 
     assert "no longer exists" not in invoke("list").err  # dropped once
 
 
-def test_a_corrupt_registry_is_a_warning_for_list_and_an_error_for_start(invoke, tmp_path, home):
-    (home / "practice").mkdir(parents=True)
+def test_a_corrupt_registry_is_a_warning_for_list_an_error_for_start_and_no_matter_inside(invoke, tmp_path, ws,
+                                                                                          home):
     (home / "practice" / "workspaces.json").write_text("nope")
     p = invoke("list", "--json")
     assert p.code == 0 and "workspaces.json" in p.err and json.loads(p.out)["practice"] == []
     one_line_error(invoke("start", SLUG, "--dir", str(tmp_path / "w")), "workspaces.json", "delete it")
+    assert not (tmp_path / "w").exists()
+    assert invoke("hint", cwd=ws).code == 0
+    (home / "practice" / "workspaces.json").unlink()  # the fix the message gives
+    assert invoke("hint", cwd=ws).code == 0  # registers the workspace again
+    assert [r["workspace"] for r in json.loads(invoke("list", "--json").out)["practice"]] == [str(ws)]
 
 
 # ---- a design scenario: started with its brief and data, scored by an interviewer ----
@@ -329,3 +334,10 @@ def test_run_inside_a_workspace_launches_its_script_with_the_manifests_settings(
     assert run["config"]["script"] == str(ws / "train.py") and Path(out["run_dir"]).parent == ws / "runs"
     assert run["config"]["timeout"] == m.run.timeout and run["config"]["hang_timeout"] == m.run.hang_timeout
     assert "workspace copy ran" in (Path(out["run_dir"]) / "ranks" / "0" / "stdout.log").read_text()
+
+
+def test_finding_a_workspace_loads_neither_pydantic_nor_the_grading_modules():
+    from tests.test_boundaries import GRADING, _modules_after
+
+    mods = _modules_after("from grader.practice.state import find_root, load\nfind_root('.')")
+    assert "grader.practice.state" in mods and not [m for m in mods if m.startswith(GRADING)]
