@@ -1,6 +1,7 @@
 """``trainwreck watch``: inside a practice workspace, grade the exercise now and again on every save
 of an editable file, showing each check's verdict and what it observed; a save while a grading
-runs cancels it (every rank ended) and starts a new one. Ctrl-C stops watching (exit 0)."""
+runs cancels it (every rank ended) and starts a new one. Ctrl-C (or SIGTERM) stops watching, cancelling
+the grading in flight, and exits 0."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ def command(max_runs, repeats, device, no_clear, workspace, as_json):
     last = ws.state.last_view
     clear = not no_clear and console.out.is_terminal
     emit = console.emit_json_line if as_json else (lambda ev: show.watch_event(ev, clear))
-    watch.run(names, digest, lambda n: grading.spawn(ws, device=device, repeats=repeats),
-              watch.file_changes(ws.root, names), emit, max_runs=max_runs,
-              last=(last["sha256"], last["view"]) if last and "sha256" in last and "view" in last else None)
+    with grading.sigterm_interrupts():  # SIGTERM stops watching as Ctrl-C does: the grading in flight is cancelled
+        watch.run(names, digest, lambda n: grading.spawn(ws, device=device, repeats=repeats),
+                  watch.file_changes(ws.root, names), emit, max_runs=max_runs,
+                  last=(last["sha256"], last["view"]) if last and "sha256" in last and "view" in last else None)

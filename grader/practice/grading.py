@@ -97,7 +97,7 @@ def record(ws: Workspace, res: Any, hints_total: int) -> dict[str, Any]:
 
 
 @contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
+def sigterm_interrupts() -> Iterator[None]:
     """SIGTERM unwinds the grading like Ctrl-C (the harness does the same while a job runs): every
     clean-up on the way out runs, and the grading is not recorded."""
     def handler(signum, frame):
@@ -128,7 +128,7 @@ def grade_workspace(ws: Workspace, *, repeats: int | None = None, device: str = 
     out_dir = Path(out or new_out_dir(ws)).resolve()
     finished = False
     try:
-        with _sigterm_interrupts():
+        with sigterm_interrupts():
             res = grade(ex, GradeOptions(kind="workspace", workspace=ws.root, out_dir=out_dir, repeats=repeats,
                                          device=device), progress=progress)
             shown = record(ws, res, len(ex.manifest.hints))

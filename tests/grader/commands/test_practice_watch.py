@@ -7,6 +7,7 @@ from __future__ import annotations
 import _thread
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -162,42 +163,62 @@ TW = [sys.executable, "-m", "grader.cli"]
 
 
 @pytest.mark.slow
-def test_a_real_grading_cancelled_by_a_save_leaves_nothing_running(tmp_path):
+def test_real_gradings_cancelled_by_a_save_and_by_ctrl_c_leave_nothing_running(tmp_path):
     """amp-no-scaler: one run plus the cached reference, the quickest grading in the kit."""
     env = {**os.environ, "TRAINWRECK_HOME": str(tmp_path / "home")}
     ws = tmp_path / "ws"
     subprocess.run([*TW, "start", "amp-no-scaler", "--dir", str(ws)], env=env, check=True, capture_output=True)
+    shipped = (ws / "train.py").read_text()
     grades = tmp_path / "home" / "practice" / "grades"
-    with open(tmp_path / "watch.jsonl", "w") as out, open(tmp_path / "watch.err", "w") as err:
-        p = subprocess.Popen([*TW, "watch", "--json", "--max-runs", "1"], cwd=ws, env=env, stdout=out, stderr=err)
-    try:
+    log = tmp_path / "watch.jsonl"
+
+    def ranks_running(exclude: set[Path]) -> Path | None:
         deadline = time.time() + 120
-        first: Path | None = None
-        while time.time() < deadline and first is None:
-            running = [f for f in grades.glob("*/*/runs/main/ranks/0/events.jsonl") if f.stat().st_size > 0]
-            first = running[0].parents[4] if running else None
+        while time.time() < deadline:
+            for f in grades.glob("*/*/runs/main/ranks/0/events.jsonl"):
+                if f.parents[4] not in exclude and f.stat().st_size > 0:
+                    return f.parents[4]
             time.sleep(0.2)
-        assert first is not None, (tmp_path / "watch.err").read_text()[-2000:]
-        # the second version does not even parse: its grading ends fast, with the evidence of why
-        (ws / "train.py").write_text((ws / "train.py").read_text() + "\nthis is not python(\n")
-        code = p.wait(timeout=150)
+        pytest.fail("no grading's ranks started: " + (tmp_path / "watch.err").read_text()[-2000:])
+
+    def wait_for(kind: str, n: int) -> dict:
+        deadline = time.time() + 150
+        while time.time() < deadline:
+            for e in events(log.read_text()):
+                if e["event"] == kind and e.get("n") == n:
+                    return e
+            time.sleep(0.2)
+        pytest.fail(f"no {kind} event for grading {n}: {log.read_text()[-2000:]}")
+
+    with open(log, "w") as out, open(tmp_path / "watch.err", "w") as err:
+        p = subprocess.Popen([*TW, "watch", "--json"], cwd=ws, env=env, stdout=out, stderr=err)
+    try:
+        first = ranks_running(set())
+        # 1: saved while grading 1's ranks run; the new version does not even parse, so grading 2
+        # ends fast, with the evidence of why
+        (ws / "train.py").write_text(shipped + "\nthis is not python(\n")
+        cancelled = wait_for("cancelled", 1)
+        assert cancelled["reason"] == "saved" and not first.exists()  # the cancelled grading's folder is gone
+        assert_nothing_left(first)
+        result = wait_for("result", 2)
+        # 2: grading 3 of a good version, stopped by Ctrl-C while its ranks run
+        graded = Path(result["view"]["run_dir"]).parents[1]
+        (ws / "train.py").write_text(shipped + "# third\n")
+        third = ranks_running({graded})
+        p.send_signal(signal.SIGINT)
+        code = p.wait(timeout=60)
     finally:
         if p.poll() is None:
             p.kill()
-    log = (tmp_path / "watch.err").read_text()
-    assert code == 0, log[-2000:]
-    ev = events((tmp_path / "watch.jsonl").read_text())
-    kinds = [e["event"] for e in ev]
-    assert kinds[:2] == ["watching", "grading"] and kinds[-2:] == ["result", "stopped"], kinds
-    (cancelled,) = [e for e in ev if e["event"] == "cancelled"]
-    assert cancelled["n"] == 1 and cancelled["reason"] == "saved"
-    assert not first.exists()  # the cancelled grading's folder is gone
+    assert code == 0, (tmp_path / "watch.err").read_text()[-2000:]
+    ev = events(log.read_text())
+    assert ev[-2]["event"] == "cancelled" and ev[-2]["n"] == 3 and ev[-2]["reason"] == "interrupted"
+    assert ev[-1] == {**ev[-1], "event": "stopped", "reason": "interrupted", "finished": 1}
+    assert not third.exists()
     assert_nothing_left(grades)
-    result = ev[-2]
-    assert result["n"] == 2 and result["view"]["attempt"] == 1  # the cancelled one was never recorded
+    assert result["view"]["attempt"] == 1  # the cancelled gradings were never recorded
     completes = next(c for c in result["view"]["checks"] if c["name"] == "completes")
     assert not completes["passed"] and "SyntaxError" in completes["message"]
-    graded = Path(result["view"]["run_dir"]).parents[1]
     assert (graded / "result.json").is_file() and not (graded / "submission").exists()  # no manifest copy kept
     state = json.loads((ws / ".trainwreck-practice.json").read_text())
     assert [a["n"] for a in state["attempts"]] == [1] and state["attempts"][0]["failed"][0] == "completes"
