@@ -220,6 +220,8 @@ class GradingProcess:
             lines = [ln for ln in self._stderr.read_text(errors="replace").splitlines() if ln.strip()] \
                 if self._stderr.exists() else []
             error = lines[-1].removeprefix("error: ") if lines else f"the grading ended with exit code {code}"
+        if not (self.out / "result.json").exists():
+            shutil.rmtree(self.out, ignore_errors=True)  # it stopped before grading: nothing to keep
         if self._prune_root is not None:
             prune(self._prune_root)
         return Outcome(code, shown, error)
@@ -230,29 +232,45 @@ class GradingProcess:
         import psutil
 
         t0 = time.monotonic()
-        try:
-            seen = psutil.Process(self.proc.pid).children(recursive=True)
-        except psutil.Error:
-            seen = []
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+        with _signals_ignored():  # a second Ctrl-C must not leave the grading half-ended
             try:
-                self.proc.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        left = [p for p in seen if _alive(p)] + _marked(self.out, self.proc.pid)
-        uniq = {p.pid: p for p in left}
-        for p in uniq.values():
-            try:
-                p.kill()
+                seen = psutil.Process(self.proc.pid).children(recursive=True)
             except psutil.Error:
-                pass
-        psutil.wait_procs(list(uniq.values()), timeout=5)
-        shutil.rmtree(self.out, ignore_errors=True)
-        for d in _reference_tmp(self.proc.pid):
-            shutil.rmtree(d, ignore_errors=True)
+                seen = []
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout=grace_s)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+            left = [p for p in seen if _alive(p)] + _marked(self.out, self.proc.pid)
+            uniq = {p.pid: p for p in left}
+            for p in uniq.values():
+                try:
+                    p.kill()
+                except psutil.Error:
+                    pass
+            psutil.wait_procs(list(uniq.values()), timeout=5)
+            shutil.rmtree(self.out, ignore_errors=True)
+            for d in _reference_tmp(self.proc.pid):
+                shutil.rmtree(d, ignore_errors=True)
         return Cancelled(round(time.monotonic() - t0, 3), len(uniq))
+
+
+@contextmanager
+def _signals_ignored() -> Iterator[None]:
+    prev = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            prev[sig] = signal.signal(sig, signal.SIG_IGN)
+        except ValueError:  # not the main thread
+            pass
+    try:
+        yield
+    finally:
+        for sig, handler in prev.items():
+            signal.signal(sig, handler)
 
 
 def _alive(p) -> bool:

@@ -42,8 +42,8 @@ def view(n: int, passed: bool = False) -> dict:
 class FakeJob:
     """A grading that finishes at once, or (``hold``) only when cancelled."""
 
-    def __init__(self, n: int, hold: bool):
-        self.n, self.hold = n, hold
+    def __init__(self, n: int, hold: bool, error: str | None = None):
+        self.n, self.hold, self.error = n, hold, error
         self.cancelled = False
         self.reported = threading.Event()  # its outcome was taken: watch has shown it
         self._lines = [f"running main (fake grading {n})"]
@@ -57,7 +57,7 @@ class FakeJob:
 
     def outcome(self) -> Outcome:
         self.reported.set()
-        return Outcome(1, view(self.n), None)
+        return Outcome(2, None, self.error) if self.error else Outcome(1, view(self.n), None)
 
     def cancel(self) -> Cancelled:
         self.cancelled = True
@@ -65,13 +65,15 @@ class FakeJob:
 
 
 class FakeGrader:
-    """Replaces ``grader.practice.grading.spawn``; ``hold`` lists the gradings that never finish."""
+    """Replaces ``grader.practice.grading.spawn``; ``hold`` lists the gradings that never finish,
+    ``errors`` those that fail before grading, with their one-line error."""
 
-    def __init__(self, hold: tuple[int, ...] = ()):
-        self.hold = hold
+    def __init__(self, hold: tuple[int, ...] = (), errors: dict[int, str] | None = None):
+        self.hold, self.errors = hold, errors or {}
         self.jobs: list[FakeJob] = []
 
     def __call__(self, ws, device: str = "auto", repeats: int | None = None) -> FakeJob:
-        job = FakeJob(len(self.jobs) + 1, hold=len(self.jobs) + 1 in self.hold)
+        n = len(self.jobs) + 1
+        job = FakeJob(n, hold=n in self.hold, error=self.errors.get(n))
         self.jobs.append(job)
         return job

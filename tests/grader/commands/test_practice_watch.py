@@ -40,8 +40,8 @@ def ws(invoke, tmp_path) -> Path:
 
 @pytest.fixture
 def grader(monkeypatch) -> Callable[..., FakeGrader]:
-    def install(hold: tuple[int, ...] = ()) -> FakeGrader:
-        fake = FakeGrader(hold)
+    def install(hold: tuple[int, ...] = (), errors: dict[int, str] | None = None) -> FakeGrader:
+        fake = FakeGrader(hold, errors)
         monkeypatch.setattr("grader.practice.grading.spawn", fake)
         return fake
 
@@ -156,6 +156,31 @@ def test_a_missing_file_is_waited_for(invoke, ws, grader):
     t.done.set()
     kinds = [e["event"] for e in events(p.out)]
     assert "missing" in kinds and kinds.count("result") == 2 and len(fake.jobs) == 2
+
+
+def test_a_grading_that_cannot_run_is_one_line_and_watching_goes_on(invoke, ws, grader):
+    fake = grader(errors={1: "the kit has no exercise 'memory-leak'"})
+    t = meanwhile(until(lambda: fake.jobs and fake.jobs[0].reported.is_set()),
+                  save(ws / "train.py", "# again\n"))
+    p = invoke("watch", "--max-runs", "2", "--no-clear", cwd=ws)
+    t.done.set()
+    assert p.code == 0 and "error: grading 1 did not run: the kit has no exercise 'memory-leak'" in p.err
+    assert "host RSS grows 2.1 MB per step (grading 2)" in p.out
+
+
+def test_the_grading_process_reports_a_one_line_error_and_leaves_no_folder(ws, tmp_path, monkeypatch):
+    """The real child process, failing before it launches anything."""
+    from grader.practice.grading import GradingProcess
+    from grader.practice.workspace import open_workspace
+
+    monkeypatch.setenv("TRAINWRECK_KIT", str(tmp_path / "no-kit"))
+    job = GradingProcess(open_workspace(ws), device="cpu")
+    deadline = time.time() + 60
+    while not job.poll() and time.time() < deadline:
+        time.sleep(0.05)
+    out = job.outcome()
+    assert out.code == 2 and out.view is None and "no exercise 'memory-leak'" in out.error
+    assert not job.out.exists()
 
 
 # ---- real gradings ----
