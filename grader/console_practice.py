@@ -81,10 +81,10 @@ def hints(h, listing: bool) -> None:
                      "`trainwreck solution --reveal` shows the reference fix (recorded as revealed)")
 
 
-def solution(sol, with_notes: bool) -> None:
+def solution(sol, with_notes: bool, scenario: bool) -> None:
     if sol.diff:
         console.out.print(sol.diff, markup=False, highlight=False, end="")
-    elif sol.diff == "" and not with_notes and not sol.notes:
+    elif not scenario:
         console.info("your files are the reference's, byte for byte")
     if with_notes and sol.notes:
         console.text(sol.notes.rstrip())
@@ -92,7 +92,7 @@ def solution(sol, with_notes: bool) -> None:
         console.info("recorded as revealed in this workspace's progress")
 
 
-def reset(r, root) -> None:
+def reset(r) -> None:
     if not r.restored:
         console.text("nothing to reset: every file is as shipped")
         return

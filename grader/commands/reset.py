@@ -31,4 +31,4 @@ def command(yes, workspace, as_json):
         console.emit_json({"exercise": ws.slug, "restored": r.restored,
                            "backup": str(r.backup) if r.backup else None})
         return
-    show.reset(r, ws.root)
+    show.reset(r)

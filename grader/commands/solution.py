@@ -33,4 +33,4 @@ def command(reveal, yes, notes, workspace, as_json):
         console.emit_json({"exercise": ws.slug, "diff": sol.diff, "notes": sol.notes, "revealed": sol.revealed,
                            "passed": ws.state.passed})
         return
-    show.solution(sol, with_notes=notes or ws.scenario)
+    show.solution(sol, with_notes=notes or ws.scenario, scenario=ws.scenario)
