@@ -21,8 +21,13 @@ from grader.errors import EXIT_INTERRUPTED, EXIT_USAGE, TrainwreckError
 COMMANDS = {
     "list": "list",
     "show": "show",
+    "start": "start",
     "run": "run",
     "grade": "grade",
+    "watch": "watch",
+    "hint": "hint",
+    "solution": "solution",
+    "reset": "reset",
     "regrade": "regrade",
     "verify": "verify",
     "record": "record",

@@ -43,6 +43,12 @@ def emit_json(obj: Any) -> None:
     sys.stdout.flush()
 
 
+def emit_json_line(obj: Any) -> None:
+    """One JSON object on one line (a stream of events, as `watch --json` prints them)."""
+    sys.stdout.write(json.dumps(obj, default=str) + "\n")
+    sys.stdout.flush()
+
+
 def text(msg: str, style: str | None = None) -> None:
     out.print(msg, style=style, markup=False)
 

@@ -71,7 +71,10 @@ def run_role(ex: Exercise, script_dir: Path, run_dir: Path, role: str, device: s
                        startup_timeout=m.run.startup_timeout, timeout=m.run.timeout,
                        pg_timeout=m.run.pg_timeout, run_dir=run_dir, cwd=run_dir / "work",
                        faults=list(faults or []), env=dict(env or {}))
-    launch(cfg)
+    if launch(cfg).status == "interrupted":
+        # Ctrl-C or SIGTERM ended this run (the harness ended its ranks and recorded it): the
+        # grading stops here instead of going on to the next run
+        raise KeyboardInterrupt
     return load_run(role, run_dir)
 
 
@@ -102,8 +105,13 @@ def reference_run(ex: Exercise, device: str, nproc: int, progress: Progress) -> 
     tmp = cache.with_name(cache.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     src = tmp.parent / (tmp.name + "-src")
-    sub = assemble(ex, "solution", None, src)
-    ev = run_role(ex, sub.dir, tmp, "reference", device, nproc)
+    try:
+        sub = assemble(ex, "solution", None, src)
+        ev = run_role(ex, sub.dir, tmp, "reference", device, nproc)
+    except BaseException:  # interrupted: no half-made run left in the cache
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(src, ignore_errors=True)
+        raise
     if ev.status != "ok" or harness_failed(ev):
         raise EnvironmentFailure(f"the reference solution of {m.slug} did not complete "
                                  f"(status {ev.status}, run dir {tmp}); the kit or the machine is broken")

@@ -25,22 +25,31 @@ from grader.errors import UserError
 def command(slug, workspace, kind, repeats, device, out, as_json):
     """Grade a fix of exercise SLUG: run it as the manifest asks, judge the runs, write result.json.
 
-    Inside a session workspace, SLUG may be left out: the workspace's exercise is graded and the
-    attempt is recorded in the session.
+    Inside a practice workspace (`trainwreck start`) or a session workspace, SLUG may be left out:
+    the workspace's exercise is graded and the attempt is recorded in its progress or its session.
+    A practice grading shows each check's verdict and what it observed (--json: the same, no
+    evidence figures); the full result.json stays under $TRAINWRECK_HOME/practice/grades/.
     """
     if kind and workspace:
         raise UserError("give either --workspace, --solution or --broken")
     if not kind:
+        from grader.practice.state import find_root
         from grader.sessions.attempts import find_workspace, record_attempt
 
-        marker = find_workspace(workspace or Path.cwd())
+        where = workspace or Path.cwd()
+        marker = find_workspace(where)
+        practice = find_root(where)
+        if practice is not None and (marker is None or len(practice.parts) > len(marker.dir.parts)):
+            marker = None  # the nearer workspace is a practice one
         if marker is not None and slug in (None, marker.exercise):
             res = record_attempt(marker, repeats=repeats, device=device, out=out, progress=console.info)
             console.grade_result(res, as_json)
             sys.exit(res.exit_code)
+        if practice is not None:
+            _practice(practice, slug, repeats, device, out, as_json)
     if slug is None:
-        raise UserError("give SLUG, or run `trainwreck grade` inside a session workspace "
-                        "(see `trainwreck session new`)")
+        raise UserError("give SLUG (with --workspace DIR, --solution or --broken), or run `trainwreck grade` inside "
+                        "a practice workspace (`trainwreck start SLUG` makes one) or a session workspace")
     kind = kind or "workspace"
     if kind == "workspace" and workspace is None:
         raise UserError("give --workspace DIR (your edited files), or --solution / --broken")
@@ -50,4 +59,21 @@ def command(slug, workspace, kind, repeats, device, out, as_json):
     res = grade(find(slug), GradeOptions(kind=kind, workspace=workspace, out_dir=out, repeats=repeats,
                                          device=device), progress=console.info)
     console.grade_result(res, as_json)
+    sys.exit(res.exit_code)
+
+
+def _practice(root: Path, slug: str | None, repeats, device, out, as_json) -> None:
+    """Grade the practice workspace at ``root`` and record the attempt in its state file."""
+    from grader import console_practice
+    from grader.practice.grading import grade_workspace
+    from grader.practice.workspace import open_workspace
+
+    ws = open_workspace(root)
+    if slug not in (None, ws.slug):
+        return  # another exercise than the workspace's: graded as usual, not recorded
+    res, shown = grade_workspace(ws, repeats=repeats, device=device, out=out, progress=console.info)
+    if as_json:
+        console.emit_json(shown)
+    else:
+        console_practice.result(shown)
     sys.exit(res.exit_code)

@@ -17,7 +17,7 @@ from harness.phases import read_run as read_profile
 
 
 @click.command("run", context_settings={"ignore_unknown_options": False})
-@click.argument("target")
+@click.argument("target", required=False)
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--nproc", type=click.IntRange(min=1), default=None,
               help=f"Processes per node (default {defaults.NPROC}, or the exercise's world size).")
@@ -34,7 +34,8 @@ from harness.phases import read_run as read_profile
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Wall-clock limit for the whole job.")
 @click.option("--run-dir", type=click.Path(path_type=Path), default=None,
-              help="Where to write the run's artifacts (default runs/<name>-<time>).")
+              help="Where to write the run's artifacts (default runs/<name>-<time>, in a practice workspace's root "
+                   "when run inside one).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead of tables.")
 @click.option("--tee", is_flag=True, help="Also print every rank's output (to stderr, prefixed with its rank).")
 @click.option("--profile", is_flag=True,
@@ -43,7 +44,9 @@ def command(target, script_args, nproc, nnodes, rdzv_endpoint, rdzv_id, max_rest
             hang_timeout, startup_timeout, timeout, run_dir, as_json, tee, profile):
     """Launch TARGET (a script path or an exercise slug) across ranks and observe every rank.
 
-    Arguments after `--` go to the script.
+    Arguments after `--` go to the script. Inside a practice workspace TARGET may be left out: the
+    workspace's script runs as the grader runs it (the exercise's world size, arguments and
+    timeouts); naming that script does the same and lets arguments follow `--`.
     """
     cfg = _config_for(target, list(script_args), nproc=nproc, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint,
                       rdzv_id=rdzv_id, max_restarts=max_restarts, device=device, hang_timeout=hang_timeout,
@@ -60,10 +63,17 @@ def command(target, script_args, nproc, nnodes, rdzv_endpoint, rdzv_id, max_rest
     sys.exit(EXIT_OK if res.ok else EXIT_FAIL)
 
 
-def _config_for(target: str, script_args: list[str], **opts) -> LaunchConfig:
-    path = Path(target)
+def _config_for(target: str | None, script_args: list[str], **opts) -> LaunchConfig:
     settings: dict = {}
-    if path.suffix == ".py" or path.exists():
+    runs_under = Path(".")
+    practice = _practice_script(target)
+    if practice is not None:
+        script, settings, args, runs_under = practice
+        script_args = script_args or args
+    elif target is None:
+        raise UserError("give TARGET (a script or an exercise slug), or run `trainwreck run` inside a practice "
+                        "workspace (`trainwreck start SLUG` makes one)")
+    elif (path := Path(target)).suffix == ".py" or path.exists():
         if not path.is_file():
             raise UserError(f"script not found: {target} (give a Python file or an exercise slug)")
         script = path
@@ -83,7 +93,40 @@ def _config_for(target: str, script_args: list[str], **opts) -> LaunchConfig:
     settings.setdefault("nproc", defaults.NPROC)
     cfg = LaunchConfig(script=script, script_args=script_args, **settings)
     if cfg.run_dir is None:
-        cfg.run_dir = default_run_dir(script)
+        cfg.run_dir = runs_under / default_run_dir(script)
     cfg.cwd = Path(cfg.run_dir) / "work"  # the script's relative paths (checkpoints) stay in the run
     cfg.cwd.mkdir(parents=True, exist_ok=True)
     return cfg
+
+
+def _practice_script(target: str | None) -> tuple[Path, dict, list[str], Path] | None:
+    """Inside a practice workspace, with no TARGET or TARGET naming the workspace's own script: that
+    script with the exercise's world size, arguments and timeouts, and the workspace's root (its
+    runs go in its runs/ folder, wherever in it the command was typed); otherwise None. The state
+    file is read without pydantic; the manifest only once a workspace is found."""
+    from grader.practice.state import find_root
+
+    root = find_root(Path.cwd())
+    if root is None or (target is not None and not Path(target).is_file()):
+        return None
+    from grader.practice.state import PracticeError
+    from grader.practice.workspace import open_workspace
+
+    try:
+        ws = open_workspace(root)
+    except PracticeError:
+        if target is None:
+            raise
+        return None  # a script named outright runs whatever the workspace's state file says
+    if target is not None and ws.scenario:
+        return None
+    ex = ws.require_script("run")
+    script = (ws.root / ex.manifest.entry).resolve()
+    if target is not None and Path(target).resolve() != script:
+        return None
+    if not script.is_file():
+        raise UserError(f"{script} is missing; `trainwreck reset` puts the shipped one back")
+    run = ex.manifest.run
+    settings = {"nproc": ex.manifest.world_size, "hang_timeout": run.hang_timeout,
+                "startup_timeout": run.startup_timeout, "timeout": run.timeout, "pg_timeout": run.pg_timeout}
+    return script, settings, list(run.args), ws.root

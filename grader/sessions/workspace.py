@@ -86,16 +86,25 @@ class Marker:
         return {"format": 1, "session": self.session, "exercise": self.exercise, "db": self.db}
 
 
+def fill(dest: Path, exercise_dir: Path, manifest: Any) -> list[Path]:
+    """Copy what the candidate gets into ``dest`` (which exists) and add the DIAGNOSIS.md template;
+    returns the copied paths, relative. Interview and practice workspaces are filled by this alone."""
+    slug = manifest.slug
+    files = candidate_files(exercise_dir, manifest)
+    for rel in files:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(exercise_dir / rel, dest / rel)
+    if not (dest / DIAGNOSIS).exists():
+        (dest / DIAGNOSIS).write_text(diagnosis_template(getattr(manifest, "title", slug), slug), encoding="utf-8")
+    return files
+
+
 def make_workspace(dest: Path, exercise_dir: Path, manifest: Any, session: str, db: Path) -> Path:
     slug = manifest.slug
     if dest.exists() and any(dest.iterdir()):
         raise SessionError(f"{dest} already exists and is not empty; give another folder with --dir")
     dest.mkdir(parents=True, exist_ok=True)
-    for rel in candidate_files(exercise_dir, manifest):
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(exercise_dir / rel, dest / rel)
-    if not (dest / DIAGNOSIS).exists():
-        (dest / DIAGNOSIS).write_text(diagnosis_template(getattr(manifest, "title", slug), slug), encoding="utf-8")
+    fill(dest, exercise_dir, manifest)
     marker = Marker(session, slug, str(Path(db).resolve()), dest)
     (dest / MARKER).write_text(json.dumps(marker.to_json(), indent=2) + "\n", encoding="utf-8")
     return dest

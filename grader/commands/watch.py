@@ -1,0 +1,47 @@
+"""``trainwreck watch``: inside a practice workspace, grade the exercise now and again on every save
+of an editable file, showing each check's verdict and what it observed; a save while a grading
+runs cancels it (every rank ended) and starts a new one. Ctrl-C (or SIGTERM) stops watching, cancelling
+the grading in flight, and exits 0."""
+
+from __future__ import annotations
+
+import click
+
+from grader import console
+from grader import console_practice as show
+from grader.commands._practice import workspace_option
+
+
+@click.command("watch")
+@click.option("--max-runs", type=click.IntRange(min=1), default=None,
+              help="Stop after this many finished gradings (cancelled ones do not count).")
+@click.option("--repeats", type=click.IntRange(min=1), default=None, help="Throughput rounds (default: the manifest's).")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--no-clear", is_flag=True, help="Do not clear the terminal before each grading.")
+@workspace_option
+@click.option("--json", "as_json", is_flag=True, help="Print each event as one JSON object per line on stdout.")
+def command(max_runs, repeats, device, no_clear, workspace, as_json):
+    """Grade this workspace on every save of its editable files, until Ctrl-C.
+
+    Each grading runs in a child process; a save while one runs cancels it (its ranks are ended)
+    and grades the new version. A save that changes nothing starts nothing.
+    """
+    from grader.practice import grading, watch
+    from grader.practice.workspace import editable, open_workspace
+    from grader.submission import files_digest
+
+    ws = open_workspace(workspace)
+    names = editable(ws.require_script("watch"))
+
+    def digest() -> str | None:
+        if not all((ws.root / n).is_file() for n in names):
+            return None
+        return files_digest(ws.root, names)
+
+    last = ws.state.last_view
+    clear = not no_clear and console.out.is_terminal
+    emit = console.emit_json_line if as_json else (lambda ev: show.watch_event(ev, clear))
+    with grading.sigterm_interrupts():  # SIGTERM stops watching as Ctrl-C does: the grading in flight is cancelled
+        watch.run(names, digest, lambda n: grading.spawn(ws, device=device, repeats=repeats),
+                  watch.file_changes(ws.root, names), emit, max_runs=max_runs,
+                  last=(last["sha256"], last["view"]) if last and "sha256" in last and "view" in last else None)

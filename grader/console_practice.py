@@ -1,0 +1,158 @@
+"""Printing for practice: `start`, a grading as practice shows it, `hint`, `solution`, `reset`,
+`watch`'s events and `list`'s progress (results on stdout, progress and notes on stderr, through
+``grader.console``). Cells and texts are data, never rich markup."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from rich import box
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from grader import console
+
+
+def started(ws, ex, files, brief: str) -> None:
+    console.text(brief.rstrip())
+    console.text("")
+    if ws.scenario:
+        console.text(f"practice workspace for {ex.slug}: {ws.root}")
+        console.text(f"hand in: {ex.manifest.deliverable}")
+        console.text("a design scenario: nothing grades it automatically; an interviewer scores it against "
+                     f"rubrics/{ex.manifest.rubric}.toml. `trainwreck solution --reveal` shows the reference notes.")
+        return
+    names = list(ex.manifest.editable)
+    console.text(f"practice workspace for {ex.slug}: {ws.root}")
+    console.text(f"fix: {', '.join(names)}; the rest is read-only evidence (logs/, baseline.json); "
+                 "write what you find in DIAGNOSIS.md")
+    console.text(f"next: cd {ws.root} && trainwreck watch   (grades on every save; or `trainwreck run` to launch it, "
+                 "`trainwreck grade` once, `trainwreck hint` when stuck)")
+
+
+def result(view: dict[str, Any]) -> None:
+    """A grading as practice shows it: each check's verdict and what it observed."""
+    rows = []
+    for c in view["checks"]:
+        mark = "pass" if c["passed"] else ("ENV" if c["environment"] else "FAIL")
+        rows.append([c["name"], mark, "required" if c["required"] else "credit", c["message"]])
+    n = view.get("attempt")
+    console.table(f"{view['exercise']}{f' attempt {n}' if n else ''}", ["check", "verdict", "kind", "observed"], rows)
+    if view.get("issues"):
+        console.table("issues (each scored on its own)", ["issue", "verdict", "symptom"],
+                      [[i["name"], "fixed" if i["fixed"] else "NOT FIXED", i["title"]] for i in view["issues"]])
+    tp = view.get("throughput")
+    if tp is not None:
+        console.text(f"throughput score {tp['normalized']:.2f} (0 = the broken script, 1 = the reference)"
+                     + ("" if tp["counted"] else "; not counted while a required check fails"))
+    if view["environment_failure"]:
+        console.out.print("[bold yellow]ENVIRONMENT FAILURE[/] (the machine or the kit broke, not your fix: "
+                          "grade again)", markup=True)
+    elif view["passed"]:
+        console.out.print(f"[bold green]PASSED[/]  score {view['score']:.2f}", markup=True)
+        console.text("`trainwreck solution` shows the reference fix next to yours")
+    else:
+        console.out.print(f"[bold red]NOT YET[/]  score {view['score']:.2f}"
+                          + ("  (it passed in an earlier attempt)" if view.get("passed_before") else ""), markup=True)
+        h = view.get("hints") or {}
+        seen, total = h.get("seen", 0), h.get("total", 0)
+        if seen < total:
+            console.text(f"stuck? `trainwreck hint` ({seen} of {total} hints seen)")
+        else:
+            console.text(f"all {total} hints seen (`trainwreck hint --all`); `trainwreck solution --reveal` shows the "
+                         "reference fix (recorded as revealed)")
+    if view.get("run_dir"):
+        console.text(f"this run's per-rank logs: {view['run_dir']}")
+
+
+def hints(h, listing: bool) -> None:
+    if not h.shown:
+        console.text(f"no hint seen yet ({h.total} in all): `trainwreck hint` shows the first")
+        return
+    if listing:
+        for i, text in enumerate(h.shown, 1):
+            console.text(f"hint {i} of {h.total}: {text}")
+    elif h.new:
+        console.text(f"hint {len(h.shown)} of {h.total}: {h.shown[-1]}")
+    else:
+        console.text(f"no more hints: all {h.total} seen (`trainwreck hint --all` lists them); "
+                     "`trainwreck solution --reveal` shows the reference fix (recorded as revealed)")
+
+
+def solution(sol, with_notes: bool, scenario: bool) -> None:
+    if sol.diff:
+        console.out.print(sol.diff, markup=False, highlight=False, end="")
+    elif not scenario:
+        console.info("your files are the reference's, byte for byte")
+    if with_notes and sol.notes:
+        console.text(sol.notes.rstrip())
+    if sol.revealed:
+        console.info("recorded as revealed in this workspace's progress")
+
+
+def reset(r) -> None:
+    if not r.restored:
+        console.text("nothing to reset: every file is as shipped")
+        return
+    console.text(f"restored as shipped: {', '.join(r.restored)}")
+    if r.backup is not None:
+        console.text(f"your files before the reset: {r.backup}")
+
+
+def watch_event(ev: dict[str, Any], clear: bool) -> None:
+    kind = ev["event"]
+    if kind == "watching":
+        console.info(f"watching {', '.join(ev['files'])}: every save grades it again (Ctrl-C to stop)")
+    elif kind == "grading":
+        if clear:
+            console.out.clear()
+        why = f"{', '.join(ev['files'])} saved" if ev["reason"] == "saved" else "as it is now"
+        console.out.print(f"[bold]grading {ev['n']}[/] ({escape(why)}, {datetime.now():%H:%M:%S})", markup=True)
+    elif kind == "progress":
+        console.info(f"  {ev['line']}")
+    elif kind == "cancelled":
+        why = {"saved": f"{', '.join(ev['files'])} saved again", "interrupted": "Ctrl-C"}.get(ev["reason"], "stopping")
+        console.info(f"cancelled grading {ev['n']} ({why}): stopped in {ev['seconds']:.1f} s, nothing left running")
+    elif kind == "result":
+        result(ev["view"])
+        console.info("watching: save to grade again, Ctrl-C to stop")
+    elif kind == "unchanged":
+        console.text("unchanged since the last grading:")
+        result(ev["view"])
+        console.info("watching: save to grade again, Ctrl-C to stop")
+    elif kind == "error":
+        console.error(f"grading {ev['n']} did not run: {ev['message']}")
+        console.info("watching: save to grade again, Ctrl-C to stop")
+    elif kind == "missing":
+        console.warn(f"{', '.join(ev['files'])} missing: waiting for it to be saved (`trainwreck reset` restores it)")
+    elif kind == "stopped":
+        console.info(f"stopped watching after {ev['finished']} grading{'s' if ev['finished'] != 1 else ''}; "
+                     "progress is kept in the workspace")
+
+
+def _tp(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def progress_table(rows: list[dict[str, Any]]) -> None:
+    """`trainwreck list`: one row per practice workspace."""
+    if not rows:
+        return
+    t = Table(title=Text("practice workspaces (best tp: best throughput score, 0 broken, 1 reference)"),
+              title_justify="left", box=box.SIMPLE_HEAD)
+    for c in ("exercise", "progress", "tries", "hints", "best tp"):
+        t.add_column(c, no_wrap=True)
+    t.add_column("solution")
+    t.add_column("workspace", overflow="fold")
+    for r in rows:
+        if r.get("error"):
+            cells = [r["exercise"] or "?", "unreadable", "-", "-", "-", "-", r["workspace"]]
+        else:
+            hints = f"{r['hints_used']}/{r['hints_total']}" if r.get("hints_total") is not None else str(r["hints_used"])
+            status = "passed" if r["passed"] else ("attempted" if r["attempts"] else "started")
+            cells = [r["exercise"], status, r["attempts"], hints, _tp(r["best_throughput"]), r["solution"] or "-",
+                     r["workspace"]]
+        t.add_row(*(Text(str(c)) for c in cells))
+    console.out.print(t)
