@@ -25,7 +25,7 @@ from grader.exercises import Exercise, kit_root
 from grader.judge import judge
 from grader.manifest import Manifest
 from grader.result import GradeResult, SubmissionInfo
-from grader.roles import Plan, Role, RunRequest
+from grader.roles import FINGERPRINTS, Plan, Role, RunRequest
 from grader.submission import Submission, assemble, files_digest
 from grader.throughput import job_rate
 from harness.launch import Fault, LaunchConfig, launch
@@ -84,7 +84,8 @@ def _harness_digest() -> str:
 
 def reference_run(ex: Exercise, device: str, nproc: int, progress: Progress) -> RunEvidence:
     """The reference solution's run, cached on disk: the same solution files, harness, torch, world
-    size and device give the same parameters, so it runs once per machine, not once per grading."""
+    size and device give the same parameters, so it runs once per machine, not once per grading.
+    It is always recorded with parameter fingerprints: its path is what ``trajectory`` compares."""
     m = ex.manifest
     try:
         torch_v = importlib.metadata.version("torch")
@@ -92,7 +93,7 @@ def reference_run(ex: Exercise, device: str, nproc: int, progress: Progress) -> 
         torch_v = "none"
     key = hashlib.sha256("|".join([
         files_digest(ex.solution_dir, m.editable), _harness_digest(), torch_v, str(nproc), device,
-        " ".join(m.run.args), m.entry]).encode()).hexdigest()[:20]
+        " ".join(m.run.args), m.entry, "fingerprints"]).encode()).hexdigest()[:20]
     cache = kit_root() / ".trainwreck" / "cache" / m.slug / f"reference-ws{nproc}-{key}"
     if (cache / "run.json").exists():
         ev = load_run("reference", cache)
@@ -103,7 +104,7 @@ def reference_run(ex: Exercise, device: str, nproc: int, progress: Progress) -> 
     shutil.rmtree(tmp, ignore_errors=True)
     src = tmp.parent / (tmp.name + "-src")
     sub = assemble(ex, "solution", None, src)
-    ev = run_role(ex, sub.dir, tmp, "reference", device, nproc)
+    ev = run_role(ex, sub.dir, tmp, "reference", device, nproc, env=dict(FINGERPRINTS))
     if ev.status != "ok" or harness_failed(ev):
         raise EnvironmentFailure(f"the reference solution of {m.slug} did not complete "
                                  f"(status {ev.status}, run dir {tmp}); the kit or the machine is broken")
