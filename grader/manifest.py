@@ -25,6 +25,11 @@ class Reference(_Strict):
     url: str
 
 
+class Evaluation(_Strict):
+    count: int = Field(gt=0, description="evaluations in an uninterrupted run")
+    samples: int = Field(gt=0, description="distinct samples each evaluation reads, over all ranks")
+
+
 class Workload(_Strict):
     """What a correct run does; ``workload_intact`` compares the telemetry against it."""
 
@@ -33,8 +38,10 @@ class Workload(_Strict):
     global_batch: int = Field(gt=0)
     steps: int = Field(gt=0, description="optimizer steps per rank in an uninterrupted run")
     params: int = Field(gt=0, description="trainable parameter count of the model")
-    # samples each rank must consume from other datasets (e.g. {val = 49152}): evaluation is work too
-    other_samples_per_rank: dict[str, int] = {}
+    # evaluations on other datasets: how many, of how many distinct samples each (e.g. {val = {count
+    # = 96, samples = 1024}}). Judged by what all ranks read together at each step, not by which
+    # rank read it: rank 0 scoring the whole split alone is as good as every rank scoring a shard.
+    evaluations: dict[str, Evaluation] = {}
 
 
 class RunSettings(_Strict):
