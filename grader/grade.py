@@ -20,13 +20,14 @@ from typing import Any
 
 from grader.checks import REGISTRY
 from grader.checks.throughput import Measuring
+from grader.errors import UserError
 from grader.evidence import EnvironmentFailure, RunEvidence, harness_failed, load_run
 from grader.exercises import Exercise, kit_root
 from grader.judge import judge
 from grader.manifest import Manifest
 from grader.result import GradeResult, SubmissionInfo
 from grader.roles import FINGERPRINTS, Plan, Role, RunRequest
-from grader.submission import Submission, assemble, files_digest
+from grader.submission import Submission, assemble, check_source, files_digest
 from grader.throughput import job_rate
 from harness.launch import Fault, LaunchConfig, launch
 
@@ -120,7 +121,8 @@ def grade(ex: Exercise, opts: GradeOptions, progress: Progress = lambda s: None)
     t0 = time.time()
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
     out = (opts.out_dir or Path(".trainwreck") / "grades" / m.slug / f"{stamp}-{opts.kind}").resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    check_source(ex, opts.kind, opts.workspace)  # a rejected workspace leaves no folder behind
+    _make_out(out)
     sub = assemble(ex, opts.kind, opts.workspace, out / "submission")
     runs: dict[str, RunEvidence] = {}
     timings: dict[str, float] = {}
@@ -158,6 +160,21 @@ def grade(ex: Exercise, opts: GradeOptions, progress: Progress = lambda s: None)
     ).with_verdict(verdict.checks, verdict.score)
     res.write()
     return res
+
+
+def _make_out(out: Path) -> None:
+    """A fresh folder for this grading: a used one would mix another grading's records with this
+    one's (a grader killed mid-run leaves its folder behind)."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"{out} already holds files (an earlier grading?); give --out a new or empty folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".writable"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise UserError(f"cannot write grading results to {out}: {e.strerror or e}; give --out a writable folder "
+                        "with free space") from None
 
 
 def _measuring(ex: Exercise, sub: Submission, out: Path, opts: GradeOptions, progress: Progress) -> Measuring:

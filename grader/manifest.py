@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import operator
-import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -14,6 +13,7 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator, mo
 from grader.checks import CHECK_NAMES, REGISTRY
 from grader.checks.base import Strict as _Strict
 from grader.errors import ManifestError
+from grader.files import read_toml
 from harness import defaults
 
 FORMAT_VERSION = 1
@@ -209,10 +209,7 @@ def load_manifest(path: Path) -> Manifest:
         path = path / MANIFEST
     if not path.exists():
         raise ManifestError(f"{path}: not found; each exercise folder needs an {MANIFEST}")
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as e:
-        raise ManifestError(f"{path}: not valid TOML ({e}); fix the syntax") from None
+    data = read_toml(path, ManifestError)
     try:
         m = Manifest.model_validate(data)
     except ValidationError as e:

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from grader.checks.base import Check, CheckResult, CheckSpec, Context, need, need_trained
+from grader.files import why_not_readable
 
 MAX_BYTES = 8 * 2**20  # a metrics log of this exercise is kilobytes; a larger file is not read
 
@@ -27,12 +28,11 @@ class Spec(CheckSpec):
     atol: float = Field(1e-6, ge=0)
 
 
-def read_rows(path: Path) -> tuple[list[dict[str, Any]] | None, str]:
+def read_rows(path: Path, within: Path) -> tuple[list[dict[str, Any]] | None, str]:
     """The rows of a JSON-lines file, or None and why not (read carefully: the file is untrusted)."""
-    if not path.is_file():
-        return None, "does not exist" if not path.exists() else "is not a regular file"
-    if path.stat().st_size > MAX_BYTES:
-        return None, f"is {path.stat().st_size / 2**20:.0f} MiB, more than a metrics log can be"
+    why = why_not_readable(path, within=within, cap=MAX_BYTES)
+    if why:
+        return None, why
     rows = []
     with open(path, encoding="utf-8", errors="replace") as f:
         for n, line in enumerate(f, start=1):
@@ -60,10 +60,10 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     ref = need(ctx, name, "reference")
     if isinstance(ref, CheckResult):
         return ref
-    mine, why = read_rows(Path(ev.run_dir) / "work" / spec.path)
+    mine, why = read_rows(Path(ev.run_dir) / "work" / spec.path, Path(ev.run_dir) / "work")
     if mine is None:
         return CheckResult(name, False, f"the job's output {spec.path} {why}", {"path": spec.path})
-    theirs, why = read_rows(Path(ref.run_dir) / "work" / spec.path)
+    theirs, why = read_rows(Path(ref.run_dir) / "work" / spec.path, Path(ref.run_dir) / "work")
     if theirs is None:
         return CheckResult(name, False, f"the reference run's {spec.path} {why}", environment=True)
     evidence: dict[str, Any] = {"path": spec.path, "rows": len(mine), "reference_rows": len(theirs),
