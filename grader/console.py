@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from grader.text import printable
 from harness.paths import display_path
 
 out = Console(highlight=False, soft_wrap=True)
@@ -50,7 +51,7 @@ def emit_json_line(obj: Any) -> None:
 
 
 def text(msg: str, style: str | None = None) -> None:
-    out.print(msg, style=style, markup=False)
+    out.print(printable(msg), style=style, markup=False)
 
 
 def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> None:
@@ -58,7 +59,7 @@ def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> None:
     for i, c in enumerate(columns):
         t.add_column(c, no_wrap=i == 0)  # the key column (slug, check, rank) stays whole
     for r in rows:
-        t.add_row(*(Text("" if v is None else str(v)) for v in r))  # cells are data, never markup
+        t.add_row(*(Text("" if v is None else printable(str(v))) for v in r))  # cells are data, never markup
     out.print(t)
 
 

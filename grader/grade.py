@@ -20,13 +20,14 @@ from typing import Any
 
 from grader.checks import REGISTRY
 from grader.checks.throughput import Measuring
+from grader.errors import UserError
 from grader.evidence import EnvironmentFailure, RunEvidence, harness_failed, load_run
 from grader.exercises import Exercise, kit_root
 from grader.judge import judge
 from grader.manifest import Manifest
 from grader.result import GradeResult, SubmissionInfo
-from grader.roles import Plan, Role, RunRequest
-from grader.submission import Submission, assemble, files_digest
+from grader.roles import FINGERPRINTS, Plan, Role, RunRequest
+from grader.submission import Submission, assemble, check_source, files_digest
 from grader.throughput import job_rate
 from harness.launch import Fault, LaunchConfig, launch
 
@@ -87,7 +88,8 @@ def _harness_digest() -> str:
 
 def reference_run(ex: Exercise, device: str, nproc: int, progress: Progress) -> RunEvidence:
     """The reference solution's run, cached on disk: the same solution files, harness, torch, world
-    size and device give the same parameters, so it runs once per machine, not once per grading."""
+    size and device give the same parameters, so it runs once per machine, not once per grading.
+    It is always recorded with parameter fingerprints: its path is what ``trajectory`` compares."""
     m = ex.manifest
     try:
         torch_v = importlib.metadata.version("torch")
@@ -95,7 +97,7 @@ def reference_run(ex: Exercise, device: str, nproc: int, progress: Progress) -> 
         torch_v = "none"
     key = hashlib.sha256("|".join([
         files_digest(ex.solution_dir, m.editable), _harness_digest(), torch_v, str(nproc), device,
-        " ".join(m.run.args), m.entry]).encode()).hexdigest()[:20]
+        " ".join(m.run.args), m.entry, "fingerprints"]).encode()).hexdigest()[:20]
     cache = kit_root() / ".trainwreck" / "cache" / m.slug / f"reference-ws{nproc}-{key}"
     if (cache / "run.json").exists():
         ev = load_run("reference", cache)
@@ -107,7 +109,7 @@ def reference_run(ex: Exercise, device: str, nproc: int, progress: Progress) -> 
     src = tmp.parent / (tmp.name + "-src")
     try:
         sub = assemble(ex, "solution", None, src)
-        ev = run_role(ex, sub.dir, tmp, "reference", device, nproc)
+        ev = run_role(ex, sub.dir, tmp, "reference", device, nproc, env=dict(FINGERPRINTS))
     except BaseException:  # interrupted: no half-made run left in the cache
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(src, ignore_errors=True)
@@ -127,7 +129,8 @@ def grade(ex: Exercise, opts: GradeOptions, progress: Progress = lambda s: None)
     t0 = time.time()
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
     out = (opts.out_dir or Path(".trainwreck") / "grades" / m.slug / f"{stamp}-{opts.kind}").resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    check_source(ex, opts.kind, opts.workspace)  # a rejected workspace leaves no folder behind
+    _make_out(out)
     sub = assemble(ex, opts.kind, opts.workspace, out / "submission")
     runs: dict[str, RunEvidence] = {}
     timings: dict[str, float] = {}
@@ -165,6 +168,21 @@ def grade(ex: Exercise, opts: GradeOptions, progress: Progress = lambda s: None)
     ).with_verdict(verdict.checks, verdict.score)
     res.write()
     return res
+
+
+def _make_out(out: Path) -> None:
+    """A fresh folder for this grading: a used one would mix another grading's records with this
+    one's (a grader killed mid-run leaves its folder behind)."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"{out} already holds files (an earlier grading?); give --out a new or empty folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".writable"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise UserError(f"cannot write grading results to {out}: {e.strerror or e}; give --out a writable folder "
+                        "with free space") from None
 
 
 def _measuring(ex: Exercise, sub: Submission, out: Path, opts: GradeOptions, progress: Progress) -> Measuring:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import operator
-import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -14,6 +13,7 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator, mo
 from grader.checks import CHECK_NAMES, REGISTRY
 from grader.checks.base import Strict as _Strict
 from grader.errors import ManifestError
+from grader.files import read_toml
 from harness import defaults
 
 FORMAT_VERSION = 1
@@ -25,6 +25,11 @@ class Reference(_Strict):
     url: str
 
 
+class Evaluation(_Strict):
+    count: int = Field(gt=0, description="evaluations in an uninterrupted run")
+    samples: int = Field(gt=0, description="distinct samples each evaluation reads, over all ranks")
+
+
 class Workload(_Strict):
     """What a correct run does; ``workload_intact`` compares the telemetry against it."""
 
@@ -33,8 +38,10 @@ class Workload(_Strict):
     global_batch: int = Field(gt=0)
     steps: int = Field(gt=0, description="optimizer steps per rank in an uninterrupted run")
     params: int = Field(gt=0, description="trainable parameter count of the model")
-    # samples each rank must consume from other datasets (e.g. {val = 49152}): evaluation is work too
-    other_samples_per_rank: dict[str, int] = {}
+    # evaluations on other datasets: how many, of how many distinct samples each (e.g. {val = {count
+    # = 96, samples = 1024}}). Judged by what all ranks read together at each step, not by which
+    # rank read it: rank 0 scoring the whole split alone is as good as every rank scoring a shard.
+    evaluations: dict[str, Evaluation] = {}
 
 
 class RunSettings(_Strict):
@@ -202,10 +209,7 @@ def load_manifest(path: Path) -> Manifest:
         path = path / MANIFEST
     if not path.exists():
         raise ManifestError(f"{path}: not found; each exercise folder needs an {MANIFEST}")
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as e:
-        raise ManifestError(f"{path}: not valid TOML ({e}); fix the syntax") from None
+    data = read_toml(path, ManifestError)
     try:
         m = Manifest.model_validate(data)
     except ValidationError as e:

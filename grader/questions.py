@@ -9,12 +9,12 @@ Sessions show a bank in the interviewer's view and the debrief: :func:`load_bank
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from grader.errors import ManifestError
+from grader.files import read_toml
 from grader.manifest import MANIFEST, describe_validation_error
 
 FORMAT_VERSION = 1
@@ -97,7 +97,7 @@ def _exercise_checks(root: Path, slug: str, path: Path) -> set[str] | None:
                                 "an exercise or scenario folder")
     if manifest_kind(folder) == "scenario":
         return None
-    manifest = tomllib.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    manifest = read_toml(folder / MANIFEST, QuestionBankError)
     names = {c.get("name") for c in manifest.get("checks", [])}
     return names | ({"throughput"} if "throughput" in manifest else set())
 
@@ -105,12 +105,9 @@ def _exercise_checks(root: Path, slug: str, path: Path) -> set[str] | None:
 def load_bank(slug: str, root: Path | None = None) -> Bank:
     root = _root(root)
     path = bank_dir(root) / f"{slug}.toml"
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise QuestionBankError(f"{path}: not found; write the follow-up bank for {slug!r}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise QuestionBankError(f"{path}: not valid TOML ({e}); fix the syntax") from None
+    if not path.exists():
+        raise QuestionBankError(f"{path}: not found; write the follow-up bank for {slug!r}")
+    data = read_toml(path, QuestionBankError)
     try:
         bank = Bank.model_validate(data)
     except ValidationError as e:

@@ -18,7 +18,6 @@ import math
 import os
 import re
 import tempfile
-import tomllib
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from grader import units
 from grader.errors import ManifestError
+from grader.files import read_toml
 from grader.manifest import describe_validation_error
 
 FORMAT_VERSION = 1
@@ -129,12 +129,7 @@ def quiz_dir(root: Path | None = None) -> Path:
 
 
 def load_file(path: Path) -> list[Question]:
-    try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise QuizError(f"{path}: not found") from None
-    except tomllib.TOMLDecodeError as e:
-        raise QuizError(f"{path}: not valid TOML ({e}); fix the syntax") from None
+    data = read_toml(Path(path), QuizError)
     try:
         f = QuizFile.model_validate(data)
     except ValidationError as e:

@@ -13,7 +13,6 @@ a result calls for, so that sessions and reports never do arithmetic or matching
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from grader.errors import RubricError
 from grader.exercises import kit_root
+from grader.files import read_toml
 from grader.manifest import describe_validation_error
 
 FORMAT_VERSION = 2
@@ -210,12 +210,7 @@ def _applies(when: When | None, results: list[dict[str, Any]]) -> str | None:
 
 # ---- loading ---------------------------------------------------------------------------------
 def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise RubricError(f"{path}: not found; give the path of a rubric TOML file") from None
-    except tomllib.TOMLDecodeError as e:
-        raise RubricError(f"{path}: not valid TOML ({e}); fix the syntax") from None
+    return read_toml(path, RubricError)
 
 
 def _duplicate_ids(dims: list[Dimension]) -> str | None:

@@ -9,7 +9,6 @@ the field alone, so the exercise loader can send each folder to the right model.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Literal
@@ -17,6 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from grader.errors import ManifestError
+from grader.files import read_toml
 from grader.manifest import MANIFEST, describe_validation_error
 
 FORMAT_VERSION = 1
@@ -116,10 +116,7 @@ def _root(root: Path | None) -> Path:
 def _read(path: Path) -> dict:
     if not path.exists():
         raise ManifestError(f"{path}: not found; each exercise folder needs an {MANIFEST}")
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as e:
-        raise ManifestError(f"{path}: not valid TOML ({e}); fix the syntax") from None
+    return read_toml(path, ManifestError)
 
 
 def manifest_kind(path: Path) -> str:
@@ -161,10 +158,7 @@ def _check_rubric_header(manifest: Path, rubric: Path, rubric_id: str) -> None:
     """The rubric exists and is the one named; its full shape is the rubric loader's to check."""
     if not rubric.is_file():
         raise ManifestError(f"{manifest}: rubric: {rubric} does not exist; write it or name an existing rubric")
-    try:
-        head = tomllib.loads(rubric.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as e:
-        raise ManifestError(f"{rubric}: not valid TOML ({e}); fix the syntax") from None
+    head = read_toml(rubric, ManifestError)
     if head.get("id") != rubric_id:
         raise ManifestError(f"{rubric}: id: {head.get('id')!r} is not {rubric_id!r}; make it the file's name")
     if head.get("format_version") != RUBRIC_FORMAT_VERSION:

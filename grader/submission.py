@@ -14,6 +14,7 @@ from pathlib import Path
 
 from grader.errors import SubmissionError
 from grader.exercises import Exercise
+from grader.files import regular_file
 
 # Recorded artifacts of the exercise: not inputs of a run.
 NOT_COPIED = {"logs", "baseline.json", "__pycache__"}
@@ -53,12 +54,29 @@ def source_dir(ex: Exercise, kind: str, workspace: Path | None) -> Path:
     return Path(workspace)
 
 
-def assemble(ex: Exercise, kind: str, workspace: Path | None, dest: Path) -> Submission:
+def check_source(ex: Exercise, kind: str, workspace: Path | None) -> Path:
+    """The folder the editable files come from, once it is known to hold them as Python that
+    compiles: checked before anything is created, so a rejected workspace leaves nothing behind."""
     src = source_dir(ex, kind, workspace).resolve()
     editable = ex.manifest.editable
-    missing = [f for f in editable if not (src / f).is_file()]
+    missing = [f for f in editable if not regular_file(src / f)]
     if missing:
-        raise SubmissionError(f"{src} lacks {', '.join(missing)}; the exercise's editable files must be there")
+        raise SubmissionError(f"{src} lacks {', '.join(missing)} as a file; the exercise's editable files must be there")
+    for f in editable:
+        if not f.endswith(".py"):
+            continue
+        try:
+            compile((src / f).read_bytes(), str(src / f), "exec")
+        except SyntaxError as e:
+            raise SubmissionError(f"{src / f}, line {e.lineno}: {e.msg}; fix the syntax and grade again") from None
+        except ValueError as e:  # source with a null byte
+            raise SubmissionError(f"{src / f}: {e}; fix the file and grade again") from None
+    return src
+
+
+def assemble(ex: Exercise, kind: str, workspace: Path | None, dest: Path) -> Submission:
+    src = check_source(ex, kind, workspace)
+    editable = ex.manifest.editable
     dest.mkdir(parents=True, exist_ok=True)
     for rel in _files(ex.dir):
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)

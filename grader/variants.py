@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from grader.errors import ManifestError
+from grader.files import read_toml
 from grader.manifest import describe_validation_error
 from grader.result import GradeResult
 
@@ -97,12 +97,9 @@ def corpus_dir(root: Path | None = None) -> Path:
 
 def load_variant(folder: Path, slug: str) -> Variant:
     path = folder / VARIANT
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ManifestError(f"{path}: not found; every variant folder needs a {VARIANT}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise ManifestError(f"{path}: not valid TOML ({e}); fix the syntax") from None
+    if not path.exists():
+        raise ManifestError(f"{path}: not found; every variant folder needs a {VARIANT}")
+    data = read_toml(path, ManifestError)
     try:
         spec = VariantSpec.model_validate(data)
     except ValidationError as e:

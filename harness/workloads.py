@@ -9,6 +9,7 @@ the harness the ledger is a no-op and these are plain torch datasets and modules
 from __future__ import annotations
 
 import array
+import contextlib
 import math
 import os
 import shutil
@@ -17,6 +18,7 @@ import time
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
@@ -104,9 +106,25 @@ class SensorRecords(Dataset):
         return self._blob[index * self._stride:(index + 1) * self._stride], self._y[index]
 
 
+@contextlib.contextmanager
+def own_rng(seed: int):
+    """Initialise parameters from the kit's own seeded generator, leaving the global RNG as it was:
+    a script that draws from the global RNG in another order (a DataLoader iterator created before
+    the model, say) still gets the same initial weights."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
 class MLP(nn.Module):
-    def __init__(self, features: int = 32, hidden: int = 128, targets: int = 1, depth: int = 3):
+    """Linear layers with GELU between them. Initialised from ``seed`` alone (see ``own_rng``)."""
+
+    def __init__(self, features: int = 32, hidden: int = 128, targets: int = 1, depth: int = 3, seed: int = 0):
         super().__init__()
+        with own_rng(seed):
+            self._build(features, hidden, targets, depth)
+
+    def _build(self, features: int, hidden: int, targets: int, depth: int) -> None:
         layers: list[nn.Module] = []
         width = features
         for _ in range(depth - 1):
@@ -134,11 +152,16 @@ class Block(nn.Module):
 
 
 class TinyTransformer(nn.Module):
-    """A causal decoder small enough that a step is milliseconds on one CPU core."""
+    """A causal decoder small enough that a step is milliseconds on one CPU core. Initialised from
+    ``seed`` alone (see ``own_rng``)."""
 
     def __init__(self, vocab: int = 64, seq_len: int = 32, d_model: int = 64, n_layer: int = 2,
-                 n_head: int = 4):
+                 n_head: int = 4, seed: int = 0):
         super().__init__()
+        with own_rng(seed):
+            self._build(vocab, seq_len, d_model, n_layer, n_head)
+
+    def _build(self, vocab: int, seq_len: int, d_model: int, n_layer: int, n_head: int) -> None:
         self.tok = nn.Embedding(vocab, d_model)
         self.pos = nn.Embedding(seq_len, d_model)
         self.blocks = nn.ModuleList(Block(d_model, n_head) for _ in range(n_layer))
@@ -153,6 +176,24 @@ class TinyTransformer(nn.Module):
         for block in self.blocks:
             x = block(x, self.mask[:t, :t])
         return self.head(self.ln_f(x))
+
+
+class ResidualMLP(nn.Module):
+    """A deep residual MLP: many small layers, so a step has many gradients to communicate.
+    Initialised from ``seed`` alone (see ``own_rng``)."""
+
+    def __init__(self, features: int, width: int, depth: int, seed: int = 0):
+        super().__init__()
+        with own_rng(seed):
+            self.inp = nn.Linear(features, width)
+            self.blocks = nn.ModuleList(nn.Linear(width, width) for _ in range(depth))
+            self.out = nn.Linear(width, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.inp(x)
+        for block in self.blocks:
+            h = h + F.gelu(block(h)) / len(self.blocks)
+        return self.out(h)
 
 
 def count_params(model: nn.Module) -> int:

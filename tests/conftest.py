@@ -47,3 +47,12 @@ def assert_nothing_left(marker: str | Path, grace_s: float = 5.0) -> None:
 @pytest.fixture
 def fixture_script():
     return lambda name: FIXTURES / name
+
+
+@pytest.fixture(autouse=True)
+def _own_trainwreck_home(tmp_path_factory, monkeypatch):
+    """Every test gets its own TRAINWRECK_HOME (sessions, practice progress, quiz state), so no test
+    reads or prunes the real ~/.trainwreck and no two tests share state."""
+    if "TRAINWRECK_HOME" not in os.environ or os.environ.get("TRAINWRECK_HOME", "").startswith(
+            str(tmp_path_factory.getbasetemp())):
+        monkeypatch.setenv("TRAINWRECK_HOME", str(tmp_path_factory.mktemp("home")))

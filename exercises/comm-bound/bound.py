@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DistributedSampler
 
-from harness.workloads import SyntheticRegression
+from harness.workloads import ResidualMLP, SyntheticRegression
 from train import (ACCUM_STEPS, DATASET_SIZE, DEPTH, EPOCHS, FEATURES, GLOBAL_BATCH, LEARNING_RATE, SEED,
-                   WIDTH, ResidualMLP)
+                   WIDTH)
 
 
 def main() -> None:

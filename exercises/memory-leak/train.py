@@ -77,6 +77,9 @@ def main() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=WEIGHT_DECAY)
 
     history = {"train": [], "val": []}
+    if master_process:  # one line per evaluation, as it happens
+        os.makedirs(OUT_DIR, exist_ok=True)
+        metrics_log = open(os.path.join(OUT_DIR, "metrics.jsonl"), "w", buffering=1)
     val_iter = iter(val_loader)
     step = 0
     t0 = time.time()
@@ -100,6 +103,8 @@ def main() -> None:
                 xv, yv = xv.to(device), yv.to(device)
                 val_loss = F.mse_loss(raw_model(xv), yv)
                 history["val"].append(val_loss)
+                if master_process:
+                    metrics_log.write(json.dumps({"step": step, "val_loss": float(val_loss)}) + "\n")
 
             if master_process and step % LOG_INTERVAL == 0:
                 val = history["val"][-1].item() if history["val"] else float("nan")

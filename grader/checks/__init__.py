@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import signal
+import threading
 
 from grader.checks.base import Check, CheckResult, CheckSpec, Context
+from grader.text import printable
 
 _NOT_CHECKS = {"base"}
 
@@ -32,9 +35,36 @@ REGISTRY: dict[str, Check] = _discover()
 CHECK_NAMES: tuple[str, ...] = tuple(REGISTRY)
 
 
-def run_check(spec: CheckSpec, ctx: Context) -> CheckResult:
-    result = REGISTRY[spec.name].judge(spec, ctx)
+JUDGE_TIMEOUT_S = 120.0  # a check reads files on disk; minutes mean something in them is hostile
+
+
+class _Overtime(Exception):
+    pass
+
+
+def run_check(spec: CheckSpec, ctx: Context, timeout_s: float = JUDGE_TIMEOUT_S) -> CheckResult:
+    """Judge one check, within a time limit (in the main thread, where a timer can interrupt it):
+    a check that cannot finish is an environment failure, never a hang of the grader. Messages
+    lose any control characters a candidate's text brought in."""
+    timer = threading.current_thread() is threading.main_thread() and timeout_s > 0
+
+    def overtime(signum, frame):
+        raise _Overtime
+
+    if timer:
+        previous = signal.signal(signal.SIGALRM, overtime)
+        signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    try:
+        result = REGISTRY[spec.name].judge(spec, ctx)
+    except _Overtime:
+        result = CheckResult(spec.name, False, f"judging {spec.name} took longer than {timeout_s:.0f} s and was "
+                             "stopped", environment=True)
+    finally:
+        if timer:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
     result.required, result.weight = spec.required, spec.weight
+    result.message = printable(result.message)
     return result
 
 

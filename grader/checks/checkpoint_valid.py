@@ -46,15 +46,27 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
         theirs = torch.load(Path(ref.run_dir) / "work" / spec.path, map_location="cpu", weights_only=True)
         for k in spec.reference_keys:
             mine_v, ref_v = ckpt.get(k), theirs.get(k)
-            evidence.setdefault("reference_values", {})[k] = {"submission": _scalar(mine_v), "reference": _scalar(ref_v)}
+            # never the reference's figure: it could be copied into a checkpoint that skipped the work
+            diff = _relative_difference(mine_v, ref_v)
+            evidence.setdefault("reference_comparison", {})[k] = {"submission": _scalar(mine_v),
+                                                                   "relative_difference": diff}
             if mine_v is None or not torch.allclose(torch.as_tensor(mine_v, dtype=torch.float64),
                                                     torch.as_tensor(ref_v, dtype=torch.float64),
                                                     rtol=1e-4, atol=1e-6):
-                return CheckResult(name, False, f"the checkpoint's {k!r} is {_scalar(mine_v)}; the reference run's "
-                                   f"checkpoint records {_scalar(ref_v)}", evidence)
+                how = "is missing" if mine_v is None else f"is {_scalar(mine_v)}, {diff:.1%} away from the reference run's"
+                return CheckResult(name, False, f"the checkpoint's {k!r} {how}", evidence)
     what = " and " + ", ".join(spec.reference_keys) + " as in the reference run" if spec.reference_keys else ""
     return CheckResult(name, True, f"the checkpoint at {spec.path} loads and holds the final parameters{what}",
                        evidence)
+
+
+def _relative_difference(mine: Any, ref: Any) -> float | None:
+    import torch
+
+    if mine is None or ref is None:
+        return None
+    a, b = torch.as_tensor(mine, dtype=torch.float64), torch.as_tensor(ref, dtype=torch.float64)
+    return round(float((a - b).norm() / b.norm().clamp_min(1e-12)), 6)
 
 
 def _scalar(v: Any) -> Any:

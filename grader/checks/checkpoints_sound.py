@@ -33,8 +33,10 @@ from pydantic import Field
 
 from grader.checks.base import Check, CheckResult, CheckSpec, Context, need
 from grader.evidence import RunEvidence
+from grader.evidence.checkpoint import CHECKPOINT_CAP
 from grader.evidence.fingerprints import resume_point
 from grader.evidence.params import strip_wrappers
+from grader.files import why_not_readable
 from grader.roles import FINGERPRINTS, Role, RunRequest
 from harness.launch import Fault
 from harness.saves import FileOp
@@ -184,9 +186,10 @@ def _files(role: str, ev: RunEvidence, read: set[str], spec, expected, problems:
     out: dict[str, Any] = {}
     for rel in sorted(checkpoint_files(ev, read)):
         path = work / rel
-        if not path.is_file():
+        if not os.path.lexists(path) or os.path.isdir(path):
             continue
-        obj, err = _load(path)
+        why = why_not_readable(path, within=work, cap=CHECKPOINT_CAP)
+        obj, err = (None, f"the file {why}") if why else _load(path)
         info: dict[str, Any] = {"loads": err is None, "read_by_a_restart": rel in read}
         if err:
             info["error"] = err

@@ -70,13 +70,10 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
         if distinct != wl.dataset_size:
             problems.append(f"{distinct} distinct samples of {wl.dataset!r} were consumed; the dataset has "
                             f"{wl.dataset_size}")
-        for ds, want in wl.other_samples_per_rank.items():
-            got = {r: len(ev.samples(r, ds)) for r in ev.ranks}
-            evidence.setdefault("other_samples", {})[ds] = got
-            off = {r: n for r, n in got.items() if n != want}
-            if off:
-                r, n = next(iter(off.items()))
-                problems.append(f"rank {r} consumed {n} samples of {ds!r}; the workload is {want}")
+        for ds, want in wl.evaluations.items():
+            problem = _evaluations(ev, ds, want, evidence)
+            if problem:
+                problems.append(problem)
         bad_p = {r: p for r, p in params.items() if p != wl.params and r not in killed}
         if bad_p:
             r, p = next(iter(bad_p.items()))
@@ -89,6 +86,25 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     after = "" if ev.status == "ok" else f" (the job then ended with status {ev.status})"
     return CheckResult(name, True, f"{w} ranks × {wl.steps} steps, {wl.steps * wl.global_batch} samples "
                        f"covering all {wl.dataset_size}, {wl.params} parameters, files as shipped{after}", evidence)
+
+
+def _evaluations(ev, ds: str, want, evidence: dict[str, Any]) -> str | None:
+    """The evaluations on dataset ``ds``: what all ranks read together at each step, one
+    evaluation per step with reads (whichever ranks did them)."""
+    per_step: dict[tuple[int, int], set[int]] = {}
+    for r in ev.ranks:
+        for rec in ev.ledgers.get(r, []):
+            if rec.get("ds") == ds:
+                per_step.setdefault((int(rec.get("a", 0)), int(rec.get("s", 0))), set()).add(int(rec["i"]))
+    sizes = [len(v) for _, v in sorted(per_step.items())]
+    evidence.setdefault("evaluations", {})[ds] = {"count": len(sizes), "distinct_per_evaluation": sorted(set(sizes))}
+    if len(sizes) != want.count:
+        return f"{len(sizes)} evaluations on {ds!r} were made; the workload makes {want.count}"
+    short = [n for n in sizes if n != want.samples]
+    if short:
+        return (f"an evaluation on {ds!r} read {short[0]} distinct samples over all ranks; each evaluation of the "
+                f"workload reads {want.samples}")
+    return None
 
 
 CHECK = Check("workload_intact", Spec, judge)

@@ -3,11 +3,15 @@ writer (the save trace). Shared by the checks that need a final checkpoint."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from grader.evidence.params import compare, strip_wrappers
+from grader.files import why_not_readable
+
+CHECKPOINT_CAP = 512 * 2**20  # the exercises' checkpoints are megabytes; a larger file is not loaded
 
 
 @dataclass
@@ -27,10 +31,14 @@ def writers_of(ev, path: Path) -> list[int]:
 def final_checkpoint(ev, rel_path: str, key: str | None = None, require_keys: list[str] = (),
                      single_writer: bool = True, rtol: float = 1e-5, atol: float = 1e-6) -> FinalCheckpoint:
     """``rel_path`` is relative to the run's working dir."""
-    path = Path(ev.run_dir) / "work" / rel_path
+    work = Path(ev.run_dir) / "work"
+    path = work / rel_path
     evidence: dict[str, Any] = {"path": rel_path}
-    if not path.exists():
+    if not os.path.lexists(path):
         return FinalCheckpoint(False, f"no checkpoint at {rel_path} after the run", evidence)
+    why = why_not_readable(path, within=work, cap=CHECKPOINT_CAP)
+    if why:
+        return FinalCheckpoint(False, f"the checkpoint at {rel_path} {why}", evidence)
     try:
         import torch
 

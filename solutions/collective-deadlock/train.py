@@ -7,6 +7,7 @@ Launch (one process per GPU, or per CPU core with gloo):
     torchrun --standalone --nproc-per-node 2 train.py
 """
 
+import json
 import math
 import os
 import time
@@ -110,6 +111,9 @@ def main() -> None:
     total_steps = EPOCHS * len(loader)
     ckpt_path = os.path.join(OUT_DIR, "ckpt.pt")
 
+    if master_process:  # one line per evaluation, as it happens
+        os.makedirs(OUT_DIR, exist_ok=True)
+        metrics_log = open(os.path.join(OUT_DIR, "metrics.jsonl"), "w", buffering=1)
     step = 0
     t0 = time.time()
     for epoch in range(EPOCHS):
@@ -134,6 +138,7 @@ def main() -> None:
                 val_loss = save_checkpoint(ckpt_path, raw_model, optimizer, step, val_loader, device)
                 if master_process:
                     print(f"step {step:4d} | val loss {val_loss:.4f} | saved {ckpt_path}", flush=True)
+                    metrics_log.write(json.dumps({"step": step, "val_loss": val_loss}) + "\n")
 
     if master_process:
         print(f"done after {step} steps", flush=True)

@@ -14,11 +14,10 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
-from harness.workloads import SyntheticRegression
+from harness.workloads import ResidualMLP, SyntheticRegression
 
 # -----------------------------------------------------------------------------
 # data
@@ -37,20 +36,6 @@ LOG_INTERVAL = 8
 OUT_DIR = "out"
 SEED = 1337
 # -----------------------------------------------------------------------------
-
-
-class ResidualMLP(nn.Module):
-    def __init__(self, features: int, width: int, depth: int):
-        super().__init__()
-        self.inp = nn.Linear(features, width)
-        self.blocks = nn.ModuleList(nn.Linear(width, width) for _ in range(depth))
-        self.out = nn.Linear(width, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.inp(x)
-        for block in self.blocks:
-            h = h + F.gelu(block(h)) / len(self.blocks)
-        return self.out(h)
 
 
 def main() -> None:

@@ -49,8 +49,9 @@ def test_checkpoint_valid_names_every_rank_that_wrote_the_file(tmp_path, writers
     ({"model": {}}, {}, False, "lacks parameters the model trained"),
     ({"weights": FINAL}, {}, False, "has no model state under 'model'"),
     ({"model": FINAL, "val_loss": 0.5}, {"reference_keys": ["val_loss"]}, True, "val_loss as in the reference run"),
-    ({"model": FINAL, "val_loss": 0.7}, {"reference_keys": ["val_loss"]}, False, "the checkpoint's 'val_loss' is 0.7"),
-    ({"model": FINAL}, {"reference_keys": ["val_loss"]}, False, "the checkpoint's 'val_loss' is None"),
+    ({"model": FINAL, "val_loss": 0.7}, {"reference_keys": ["val_loss"]}, False,
+     "the checkpoint's 'val_loss' is 0.7, 40.0% away from the reference run's"),
+    ({"model": FINAL}, {"reference_keys": ["val_loss"]}, False, "the checkpoint's 'val_loss' is missing"),
 ])
 def test_checkpoint_valid(tmp_path, ckpt, fields, passed, says):
     runs = {"main": _run(tmp_path / "main", ckpt),
@@ -68,3 +69,11 @@ def test_an_unloadable_checkpoint_says_why(tmp_path):
     c = run_check(spec("checkpoint_valid", path="out/ckpt.pt"),
                   Context(FakeManifest(), {"main": load_run("main", b.build())}))
     assert not c.passed and "does not load" in c.message
+
+
+def test_the_evidence_never_holds_the_reference_value(tmp_path):
+    runs = {"main": _run(tmp_path / "main", {"model": FINAL, "val_loss": 0.7}),
+            "reference": _run(tmp_path / "reference", {"model": FINAL, "val_loss": 0.4321})}
+    c = run_check(spec("checkpoint_valid", path="out/ckpt.pt", key="model", reference_keys=["val_loss"]),
+                  Context(FakeManifest(), runs))
+    assert not c.passed and "0.4321" not in repr(c.evidence) + c.message

@@ -86,3 +86,47 @@ def test_shipped_exercises_all_load(invoke):
         assert slug in p.out
 
 
+
+
+def _workspace(tmp_path: Path, text: str | None) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    if text is not None:
+        (ws / "train.py").write_text(text)
+    return ws
+
+
+@pytest.mark.parametrize("case, says", [
+    ("not a folder", "is not a directory"),
+    ("no train.py", "lacks train.py"),
+    ("syntax error", "train.py, line 2: invalid syntax; fix the syntax and grade again"),
+    ("non-empty --out", "already holds files (an earlier grading?); give --out a new or empty folder"),
+    ("read-only --out", "cannot write grading results to"),
+])
+def test_grading_refuses_bad_input_before_running_anything(invoke, tmp_path, case, says):
+    ws = _workspace(tmp_path, None if case == "no train.py" else "import os\ndef broken(:\n"
+                    if case == "syntax error" else (REPO / "exercises" / "memory-leak" / "train.py").read_text())
+    out = tmp_path / "out"
+    if case == "non-empty --out":
+        out.mkdir()
+        (out / "result.json").write_text("{}")
+    if case == "read-only --out":
+        out = Path("/proc/self/out")  # a place nobody can create a folder in, root or not
+    args = ["grade", "memory-leak", "--workspace", str(tmp_path / "nope" if case == "not a folder" else ws),
+            "--out", str(out)]
+    p = invoke(*args, cwd=tmp_path)
+    assert p.code == 2 and says in p.err and len(p.err.strip().splitlines()) == 1, p.err
+    if case != "non-empty --out":
+        assert not (tmp_path / "out").exists()  # nothing left behind by a rejected grading
+
+
+def test_a_non_utf8_manifest_breaks_only_its_own_exercise(invoke, tmp_path):
+    home = _home_with(tmp_path, GOOD)
+    bad = home / "exercises" / "latin1"
+    bad.mkdir()
+    (bad / "exercise.toml").write_bytes('title = "caf\xe9"\n'.encode("latin-1"))
+    p = invoke("list", env={"TRAINWRECK_KIT": str(home)})
+    assert p.code == 0 and "memory-leak" in p.out
+    assert "latin1/exercise.toml: not UTF-8 text" in p.err and "save it as UTF-8" in p.err
+    p = invoke("show", "latin1", env={"TRAINWRECK_KIT": str(home)})
+    assert p.code == 2 and "not UTF-8 text" in p.err and len(p.err.strip().splitlines()) == 1

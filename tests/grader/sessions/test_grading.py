@@ -78,6 +78,6 @@ def test_grading_in_a_workspace_records_attempts_through_kill_and_concurrency(tm
     assert len({a.result_path for a in attempts if a.result_path}) == 3
     printed = [json.loads((tmp_path / f"g{n}.log").read_text()[(tmp_path / f"g{n}.log").read_text().index("{"):])
                for n in (3, 4)]
-    assert {p["result_json"] for p in printed} == {attempts[2].result_path, attempts[3].result_path}
+    assert {str(Path(p["out_dir"]) / "result.json") for p in printed} == {attempts[2].result_path, attempts[3].result_path}
     conn = sqlite3.connect(tmp_path / "s.db")
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

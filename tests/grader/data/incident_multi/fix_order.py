@@ -116,6 +116,9 @@ def main() -> None:
     total_steps = EPOCHS * len(loader)
 
     metrics = {"train_loss": [], "val_loss": []}
+    if master_process:  # one line per held-out estimate, as it happens
+        os.makedirs(OUT_DIR, exist_ok=True)
+        metrics_log = open(os.path.join(OUT_DIR, "metrics.jsonl"), "w", buffering=1)
     val_iter = iter(val_loader)
     step = 0
     t0 = time.time()
@@ -139,6 +142,8 @@ def main() -> None:
                     val_iter = iter(val_loader)
                     xv, yv = next(val_iter)
                 metrics["val_loss"].append(token_loss(raw_model, xv.to(device), yv.to(device)))
+                if master_process:
+                    metrics_log.write(json.dumps({"step": step, "val_loss": float(metrics["val_loss"][-1])}) + "\n")
 
             if master_process and step % LOG_INTERVAL == 0:
                 val = torch.stack(metrics["val_loss"][-4:]).mean().item()
