@@ -53,6 +53,4 @@ def fixture_script():
 def _own_trainwreck_home(tmp_path_factory, monkeypatch):
     """Every test gets its own TRAINWRECK_HOME (sessions, practice progress, quiz state), so no test
     reads or prunes the real ~/.trainwreck and no two tests share state."""
-    if "TRAINWRECK_HOME" not in os.environ or os.environ.get("TRAINWRECK_HOME", "").startswith(
-            str(tmp_path_factory.getbasetemp())):
-        monkeypatch.setenv("TRAINWRECK_HOME", str(tmp_path_factory.mktemp("home")))
+    monkeypatch.setenv("TRAINWRECK_HOME", str(tmp_path_factory.mktemp("home")))
