@@ -166,3 +166,25 @@ def test_throughput_is_the_median_of_interleaved_round_ratios():
     assert tp.speedup == pytest.approx(2.5) and tp.reference_speedup == pytest.approx(3.0)
     assert tp.normalized == pytest.approx(0.75) and tp.passed and not tp.suspicious
     assert tp.spread == pytest.approx((3.0 - 2.0) / 2.5)
+
+
+@pytest.mark.parametrize("first, later, rounds, passed", [
+    (1.86, 1.0, 3, False),   # one noisy round near the bar: two more, the median decides
+    (4.0, 1.0, 1, True),     # far above the bar: one round is enough
+    (1.0, 9.0, 1, False),    # below the bar: one round is enough
+])
+def test_a_quick_measurement_near_the_bar_takes_two_more_rounds(first, later, rounds, passed):
+    from grader.checks.throughput import Measuring, Spec, measure
+
+    seen = []
+
+    def run(role, tag):
+        seen.append(tag)
+        speed = 10.0 * (first if tag == "round0" else later) if role == "candidate" else 10.0
+        return _Ev(speed)
+
+    spec = Spec(name="throughput", target_speedup=2.5)  # pass bar 1.75x
+    measured = measure(spec, Measuring(run=run, quick=True))
+    assert len(measured["rounds"]) == rounds and measured["quick"]
+    tp = summarize(measured["rounds"], spec.suspicious_factor, spec.pass_speedup)
+    assert tp.passed is passed
