@@ -43,6 +43,9 @@ class GradeOptions:
     # one measured round, no warm-up, no compute bound: enough to show a script is no faster than
     # the broken baseline (verify's broken grading), not to score a fix
     quick_throughput: bool = False
+    # no throughput rounds at all (the throughput check is then not judged): for gradings whose
+    # verdict correctness decides, as a cheat in the variant corpus
+    skip_measurements: bool = False
     device: str = "auto"
 
 
@@ -149,7 +152,7 @@ def grade(ex: Exercise, opts: GradeOptions, progress: Progress = lambda s: None)
     except EnvironmentFailure as e:
         env_failure = str(e)
     measurements: dict[str, Any] = {}
-    if env_failure is None:
+    if env_failure is None and not opts.skip_measurements:
         for spec in m.checks:
             check = REGISTRY[spec.name]
             if check.measure is not None:

@@ -14,7 +14,8 @@ the broken script. And ``variant.toml``::
     why = "what it does, and why that is the verdict"
     must_fail = ["memory_flat"]   # for expect = "fail": checks that must be among the failing ones
     says = "MB per step"          # optional: text one failing check's message must hold
-    throughput = "quick"          # quick (one side-by-side round) | full (the manifest's rounds)
+    throughput = "quick"          # quick (one side-by-side round) | full (the manifest's rounds) |
+                                  # skip (no rounds: for a variant that fails on correctness)
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class VariantSpec(BaseModel):
     why: str = Field(min_length=10)
     must_fail: list[str] = []
     says: str | None = None
-    throughput: Literal["quick", "full"] = "quick"
+    throughput: Literal["quick", "full", "skip"] = "quick"
 
     @model_validator(mode="after")
     def _consistent(self) -> VariantSpec:
@@ -57,6 +58,8 @@ class VariantSpec(BaseModel):
             raise ValueError(f"a {self.kind} is expected to fail; set expect = \"fail\"")
         if self.expect == "pass" and (self.must_fail or self.says):
             raise ValueError("must_fail and says describe a failing verdict; leave them out for expect = \"pass\"")
+        if self.expect == "pass" and self.throughput == "skip":
+            raise ValueError("a variant expected to pass must have its speed measured; use throughput = \"quick\"")
         return self
 
 
@@ -170,5 +173,6 @@ def grade_variant(v: Variant, out_dir: Path, device: str = "auto", progress=lamb
     ex = find_script(v.slug)
     ws = workspace(v, ex, out_dir / "workspace")
     res = grade(ex, GradeOptions(kind="workspace", workspace=ws, out_dir=out_dir / "grade", device=device,
-                                 quick_throughput=v.spec.throughput == "quick"), progress)
+                                 quick_throughput=v.spec.throughput == "quick",
+                                 skip_measurements=v.spec.throughput == "skip"), progress)
     return judge(v, res)
