@@ -62,8 +62,8 @@ def main(argv: list[str]) -> int:
 
     import torch
 
-    rec = instrument.install(run_dir, rank, key, attempt,
-                             float(os.environ.get("TRAINWRECK_PG_TIMEOUT", "60")))
+    pg_timeout = os.environ.pop(rundir.PG_TIMEOUT_ENV, "")
+    rec = instrument.install(run_dir, rank, key, attempt, float(pg_timeout) if pg_timeout else None)
     prof = _install_profiler(rec)
     rec.event(
         "start", pid=os.getpid(), rank=rank, local_rank=int(os.environ.get("LOCAL_RANK", "0")),
