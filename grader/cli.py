@@ -42,19 +42,23 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("--hang-timeout", type=click.FloatRange(min=0, min_open=True), default=None, help="Seconds without progress on any rank before the job counts as hung (default 15).")
 @click.option("--startup-timeout", type=click.FloatRange(min=0, min_open=True), default=None, help="Allowance before the first step (default 120).")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, help="Wall-clock limit for the whole job.")
+@click.option("--pg-timeout", type=click.FloatRange(min=0, min_open=True), default=None, help="Process-group timeout (s) to supply where the script's init_process_group gives none (default: none supplied, torch's own applies: 30 min on gloo and NCCL).")
 @click.option("--run-dir", type=click.Path(path_type=Path), default=None, help="Where to write the run's artifacts (default runs/<name>-<time>).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead of tables.")
 @click.option("--tee", is_flag=True, help="Also print every rank's output (to stderr, prefixed with its rank).")
 @click.option("--profile", is_flag=True, help="Time each step's phases per rank and write a torch.profiler trace per rank.")
 def run_cmd(target, script_args, nproc, nnodes, rdzv_endpoint, rdzv_id, max_restarts, device,
-            hang_timeout, startup_timeout, timeout, run_dir, as_json, tee, profile):
+            hang_timeout, startup_timeout, timeout, pg_timeout, run_dir, as_json, tee, profile):
     """Launch TARGET (a script path or an exercise slug) across ranks and observe every rank.
 
+    The script runs in the current directory, as under torchrun: its relative paths (config files,
+    data, its own checkpoints) are the caller's. Everything the harness writes goes to the run dir.
     Arguments after `--` go to the script.
     """
     cfg = _config_for(target, list(script_args), nproc=nproc, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint,
                       rdzv_id=rdzv_id, max_restarts=max_restarts, device=device, hang_timeout=hang_timeout,
-                      startup_timeout=startup_timeout, timeout=timeout, run_dir=run_dir, profile=profile)
+                      startup_timeout=startup_timeout, timeout=timeout, pg_timeout=pg_timeout,
+                      run_dir=run_dir, profile=profile)
     with console.live_progress(enabled=not (as_json or tee)) as on_progress:
         res = launch(cfg, on_progress=on_progress, tee=console.rank_line if tee else None)
     prof = read_profile(res.run_dir) if profile else None
@@ -92,9 +96,7 @@ def _config_for(target: str, script_args: list[str], **opts) -> LaunchConfig:
     if cfg.run_dir is None:
         from harness.launch import default_run_dir
         cfg.run_dir = default_run_dir(script)
-    cfg.cwd = Path(cfg.run_dir) / "work"  # the script's relative paths (checkpoints) stay in the run
-    cfg.cwd.mkdir(parents=True, exist_ok=True)
-    return cfg
+    return cfg  # cwd None: the script runs where trainwreck was started, as under torchrun
 
 
 @cli.command("list")
