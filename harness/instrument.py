@@ -16,6 +16,7 @@ import gc
 import inspect
 import io
 import json
+import math
 import os
 import runpy
 import signal
@@ -124,7 +125,9 @@ class Recorder:
         if skipped:
             rec["skipped"] = True
         if self._n_backward:
-            rec["loss"] = self._loss
+            loss = self._loss
+            # Standard JSON has no NaN or Infinity: a diverged loss is written as a string.
+            rec["loss"] = loss if loss is None or math.isfinite(loss) else str(loss)
             rec["n_backward"] = self._n_backward
             if self._loss_scale is not None:
                 rec["loss_scale"] = self._loss_scale

@@ -242,6 +242,11 @@ def test_gradscaler_skipped_steps_are_iterations(tmp_path):
              if e["kind"] == "step"]
     assert len(steps) == 10
     assert steps[0].get("skipped") and not steps[-1].get("skipped")
+    # The loss is recorded unscaled: backward ran on loss * scale, and the scale is divided out.
+    skipped = [s for s in steps if s.get("skipped")]
+    assert steps[0]["loss_scale"] == 2.0**20 and all(s["loss_scale"] < 2.0**20 for s in steps[1:])
+    assert len({s["loss"] for s in skipped}) == 1  # the model did not change while steps were skipped
+    assert 0 < skipped[0]["loss"] < 100
 
 
 def test_fault_kills_a_rank_and_the_launcher_restarts_the_job(tmp_path):
