@@ -167,21 +167,29 @@ class Tracer:
             fut = work.get_future()
         except Exception:  # gloo send/recv, _reduce_scatter_base_: completion seen by wait() or a sweep
             return
-        fut.add_done_callback(lambda f, w=work: self._future_done(w, f))
+        # The callback must not hold the work: the work owns the future, the future the callback,
+        # and a Python reference back would be a cycle through C++ that keeps every work (and the
+        # tensors it holds) alive. The id is safe: the work stays in _pending until it completes.
+        fut.add_done_callback(lambda f, key=id(work): self._future_done(key, f))
 
-    def _future_done(self, work, fut) -> None:
+    def _future_done(self, key: int, fut) -> None:
         try:
             fut.value()
         except Exception as e:
-            self.finished(work, e)
+            self._finish(key, e)
         else:
-            self.finished(work)
+            self._finish(key)
 
     def finished(self, work, error: BaseException | None = None) -> None:
+        self._finish(id(work), error, work)
+
+    def _finish(self, key: int, error: BaseException | None = None, work=None) -> None:
         with self._lock:
-            entry = self._pending.pop(id(work), None)
-        if entry is not None and entry[1] is work:
-            self._done(entry[0], error)
+            entry = self._pending.get(key)
+            if entry is None or (work is not None and entry[1] is not work):
+                return
+            del self._pending[key]
+        self._done(entry[0], error)
 
     def _done(self, seq: int, error: BaseException | None = None) -> None:
         if error is None:
