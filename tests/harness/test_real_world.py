@@ -40,6 +40,26 @@ def test_a_long_rank0_evaluation_is_not_a_hang(tmp_path):
     assert_nothing_left(tmp_path)
 
 
+def test_a_deadlock_after_a_long_evaluation_says_who_waited_while_who_worked(tmp_path):
+    """The same evaluation, then a rank-0-only barrier: hung once rank 0 stops working, and the
+    report says rank 1 was waiting in DDP's all-reduce while rank 0 was still working."""
+    run_dir = tmp_path / "r"
+    p = tw("run", str(FIXTURES / "rank0_eval.py"), "--hang-timeout", "3", "--json", "--run-dir", str(run_dir),
+           "--", "--eval-s", "5", "--then-barrier", cwd=tmp_path)
+    h = json.loads(p.stdout)["hang"]
+    assert p.returncode == 1 and h is not None
+    r0, r1 = h["ranks"]
+    assert (r0["pending_collective"]["op"], r0["blocked_at"].rsplit("/", 1)[-1]) == ("barrier", "rank0_eval.py:42")
+    assert (r1["pending_collective"]["op"], r1["pending_collective"]["by"]) == ("all_reduce", "backward")
+    assert r1["pending_collective"]["waiting_s"] > r0["busy_s_ago"] + 3  # rank 1 waited through the evaluation
+    assert len(h["story"]) == 1 and h["story"][0].startswith("rank 1 was waiting in all_reduce #")
+    assert "while rank 0 (busy until" in h["story"][0]
+    assert h["story"][0] in (run_dir / "hang.txt").read_text()
+    # hung the hang timeout after rank 0's last busy reading, plus a sample interval or so
+    assert h["detected_at"] - h["last_progress_at"] <= 3 + 2
+    assert_nothing_left(tmp_path)
+
+
 def test_a_config_file_is_read_from_the_launch_directory(tmp_path):
     """nanoGPT's ``exec(open('configurator.py').read())``: relative to where the user launched."""
     (tmp_path / "configurator.py").write_text("steps = 5\n")
