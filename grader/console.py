@@ -88,7 +88,9 @@ def _short_path(site: str | None) -> str:
 def run_summary(res) -> None:
     colour = {"ok": "green", "failed": "red", "hung": "red", "timeout": "red"}.get(res.status, "yellow")
 
-    def short(site: str) -> str:  # the line number is never the part that gets cut
+    def short(site: str) -> str:  # under the cwd: relative (as run.json has it); else the file's name
+        if not Path(site).is_absolute():
+            return site
         try:
             return str(Path(site).relative_to(Path.cwd()))
         except ValueError:

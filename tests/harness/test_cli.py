@@ -108,6 +108,7 @@ def rank_row(rank, **kw):
      "all_reduce failed at train.py:17"),
     (rank_row(0, last_location="/w/train.py:17", location_kind="pending collective", location_op="send"),
      "in send at train.py:17"),
+    (rank_row(0, last_location="sub/train.py:7", location_kind="raised"), "raised at sub/train.py:7"),  # run.json: relative
     (rank_row(0), "-"),
 ])
 def test_location_column_keeps_its_line_number_when_not_a_terminal(capsys, row, shown):
@@ -209,4 +210,5 @@ def test_tee_prints_each_ranks_output_prefixed(tmp_path):
     p = tw("run", str(FIXTURES / "ddp_ok.py"), "--tee", "--run-dir", str(tmp_path / "r"), "--", "--steps", "9")
     assert p.returncode == 0
     assert "[rank 0] step 8 loss" in p.stderr  # only rank 0 prints losses
-    assert "last all_reduce at tests/fixtures/ddp_ok.py:28" in " ".join(p.stdout.split())  # the summary's location
+    # the summary's location: the script's all_reduce after step 8's backward, relative to the cwd
+    assert "last all_reduce at" in p.stdout and "tests/fixtures/ddp_ok.py:32" in p.stdout
