@@ -44,11 +44,6 @@ def current() -> "Recorder | None":
     return _recorder
 
 
-def user_site(skip: int = 2) -> str | None:
-    """``file:line`` of the innermost frame outside torch, the harness and the stdlib."""
-    return collectives.user_site(sys._getframe(skip))
-
-
 class Recorder:
     def __init__(self, run_dir: Path, rank: int, key: str, attempt: int):
         self.run_dir = run_dir

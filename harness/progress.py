@@ -13,13 +13,18 @@ from typing import Any, Protocol
 
 from harness import rundir
 
-# The files whose records are progress; events also carry the state the monitor follows.
+# The files whose records are progress; events also carry the state the monitor follows, so every
+# one of them is read. Of the others the monitor needs only whether a verified record arrived:
+# lines are checked newest first and the first that verifies ends the check (a sample ledger can
+# grow by thousands of lines a second, and the parent shares the ranks' cores).
 STREAMS = (rundir.EVENTS, rundir.COLLECTIVES, rundir.SAMPLES, rundir.SAVES)
+FULL = (rundir.EVENTS,)
 
 
 class RecordFeed(Protocol):
     def poll(self) -> dict[int, dict[str, list[dict[str, Any]]]]:
-        """``{rank: {stream: [record, ...]}}``: the verified records written since the last poll."""
+        """``{rank: {stream: [record, ...]}}``: the verified records written since the last poll (for
+        streams other than events, at least the newest of them)."""
         ...
 
 
@@ -39,12 +44,12 @@ class RunDirFeed:
             per = out.setdefault(r, {})
             for name in self.streams:
                 path = rundir.rank_dir(self.run_dir, r) / name
-                recs = self._read(path)
+                recs = self._read(path, everything=name in FULL)
                 if recs:
                     per[name] = recs
         return out
 
-    def _read(self, path: Path) -> list[dict[str, Any]]:
+    def _read(self, path: Path, everything: bool) -> list[dict[str, Any]]:
         offset = self._offsets.get(path, 0)
         try:
             with open(path, "rb") as f:
@@ -56,13 +61,14 @@ class RunDirFeed:
         if end < 0:
             return []
         self._offsets[path] = offset + end + 1
+        lines = [line for line in chunk[:end].split(b"\n") if line.strip()]
         recs = []
-        for line in chunk[:end].split(b"\n"):
-            if not line.strip():
-                continue
+        for line in lines if everything else reversed(lines):
             rec = rundir.verified(line, self.key)
             if rec is None:
                 self.rejected += 1
-            else:
-                recs.append(rec)
+                continue
+            recs.append(rec)
+            if not everything:
+                break
         return recs

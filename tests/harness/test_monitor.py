@@ -188,3 +188,22 @@ def test_a_rank_is_watched_from_its_boot_record_before_torch_is_imported(job):
     snap = mon.poll()
     assert snap.phase == "startup" and mon.live_pids() == {0: subprocess.os.getpid()}
     assert [r.exit_status for r in snap.ranks] == [None, "killed"]
+
+
+def test_feed_reads_every_event_but_only_the_newest_valid_record_of_other_streams(tmp_path):
+    from harness.progress import RunDirFeed
+
+    rdir = rundir.rank_dir(tmp_path, 0)
+    ledger = rundir.RecordWriter(rdir / rundir.SAMPLES, KEY)
+    events = rundir.RecordWriter(rdir / rundir.EVENTS, KEY)
+    for i in range(1000):
+        ledger.write({"a": 0, "ds": "train", "i": i, "s": 0})
+    for s in range(1, 4):
+        events.write({"kind": "step", "attempt": 0, "step": s})
+    with open(rdir / rundir.SAMPLES, "a") as f:
+        f.write("junk the script appended\n")
+    feed = RunDirFeed(tmp_path, KEY)
+    got = feed.poll()[0]
+    assert [r["step"] for r in got[rundir.EVENTS]] == [1, 2, 3]
+    assert [r["i"] for r in got[rundir.SAMPLES]] == [999]  # enough to know there was progress
+    assert feed.rejected == 1 and feed.poll() == {0: {}}  # nothing new
