@@ -80,6 +80,11 @@ def main(argv: list[str]) -> int:
     except BaseException as e:  # the script's own failure: record it, then fail as it would have
         status, code, error = "exception", 1, instrument.describe_exception(e)
         sys.stderr.write(error)
+    if rec.tracer is not None:  # collectives that completed after the last look at them
+        try:
+            rec.tracer.sweep()
+        except Exception as e:  # never let the trace mask the script's outcome
+            sys.stderr.write(f"trainwreck: collective trace: {e!r}\n")
     if prof is not None:  # before the final save: the harness's own torch.save is not the script's
         try:
             prof.finish()

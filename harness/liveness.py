@@ -6,8 +6,8 @@ core per second. A rank blocked in a gloo collective uses next to none: measured
 machine, a rank waiting in ``all_reduce`` and one in a rank-0-only ``barrier`` used 0.01 and 0.03
 CPU-s over 10 s (0.1-0.3% of a core; psutil reads /proc in 10 ms ticks, so a single 1 s sample
 reads 0 or 1 tick, 0-1%), see ``tests/harness/test_liveness.py``. So a rank counts as working when
-its process and its live descendants (DataLoader workers) used at least ``BUSY_FRACTION`` of a
-core since the previous sample: 10x the highest idle reading of a 1 s sample, and a fraction a
+its process and its live descendants (DataLoader workers, looked for every ``TREE_S``) used at
+least ``BUSY_FRACTION`` of a core since the previous sample: 10x the highest idle reading of a 1 s sample, and a fraction a
 computing rank exceeds even when five jobs share the machine's two cores.
 
 Not covered: a host thread that spins while it waits (CUDA's default schedule spins in a device
@@ -24,7 +24,8 @@ from typing import Protocol
 import psutil
 
 BUSY_FRACTION = 0.10  # of one core, over one sample interval
-SAMPLE_S = 1.0  # how often the CPU times are read (each read scans /proc for descendants)
+SAMPLE_S = 1.0  # how often each rank's CPU time is read (one /proc file per process)
+TREE_S = 5.0  # how often each rank's descendants are looked for (a scan of all of /proc: ~7 ms per rank here)
 
 
 class Liveness(Protocol):
@@ -46,11 +47,13 @@ class _Tree:
 class CpuWatch:
     """CPU time per rank process tree, sampled at most every ``sample_s``."""
 
-    def __init__(self, busy_fraction: float = BUSY_FRACTION, sample_s: float = SAMPLE_S):
+    def __init__(self, busy_fraction: float = BUSY_FRACTION, sample_s: float = SAMPLE_S, tree_s: float = TREE_S):
         self.busy_fraction = busy_fraction
         self.sample_s = sample_s
+        self.tree_s = tree_s
         self._trees: dict[int, _Tree] = {}  # by rank pid
         self._procs: dict[int, psutil.Process] = {}
+        self._family: dict[int, tuple[float, list[psutil.Process]]] = {}  # rank pid -> (when, descendants)
 
     def sample(self, pids: dict[int, int], now: float) -> dict[int, float]:
         out = {}
@@ -58,7 +61,7 @@ class CpuWatch:
             tree = self._trees.get(pid)
             if tree is not None and now - tree.at < self.sample_s:
                 continue
-            cpu = self._read(pid)
+            cpu = self._read(pid, now)
             if tree is None or not cpu:
                 self._trees[pid] = _Tree(cpu, now)
                 continue
@@ -71,14 +74,19 @@ class CpuWatch:
         for pid in set(self._trees) - set(pids.values()):  # ranks that ended
             self._trees.pop(pid, None)
             self._procs.pop(pid, None)
+            self._family.pop(pid, None)
         return out
 
-    def _read(self, pid: int) -> dict[int, float]:
+    def _read(self, pid: int, now: float) -> dict[int, float]:
         proc = self._procs.get(pid)
         try:
             if proc is None:
                 proc = self._procs[pid] = psutil.Process(pid)
-            procs = [proc, *proc.children(recursive=True)]
+            when, kids = self._family.get(pid, (None, []))
+            if when is None or now - when >= self.tree_s:
+                kids = proc.children(recursive=True)
+                self._family[pid] = (now, kids)
+            procs = [proc, *kids]
         except psutil.Error:
             return {}
         out = {}

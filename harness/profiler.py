@@ -148,29 +148,6 @@ def _phase(timer: PhaseTimer, name: str, fn):
     return timed
 
 
-_wait_lib: Any = None
-
-
-def _time_wait_tensor(timer: PhaseTimer) -> None:
-    """``_c10d_functional::wait_tensor``, timed at BackendSelect as the collective trace is."""
-    global _wait_lib
-    packet = getattr(torch.ops._c10d_functional, "wait_tensor", None)
-    if packet is None:
-        return
-    opov = packet.default
-    after = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.BackendSelect)
-
-    def kernel(keyset, *args, **kwargs):
-        timer.enter("sync")
-        try:
-            return opov.redispatch(keyset & after, *args, **kwargs)
-        finally:
-            timer.exit("sync")
-
-    _wait_lib = torch.library.Library("_c10d_functional", "IMPL")
-    _wait_lib.impl("wait_tensor", kernel, "BackendSelect", with_keyset=True)
-
-
 def install(rec: Recorder, schedule: dict[str, int] | None = None) -> Profiler:
     prof = Profiler(rec, schedule or SCHEDULE)
     timer = prof.timer
@@ -202,11 +179,10 @@ def install(rec: Recorder, schedule: dict[str, int] | None = None) -> Profiler:
     torch.autograd.backward = _phase(timer, "backward", torch.autograd.backward)
     torch.autograd.grad = _phase(timer, "backward", torch.autograd.grad)
 
-    # sync: the collective trace calls its listeners around every operator it issues and every
-    # Work.wait; the functional collectives (DTensor) wait in their own operator.
+    # sync: the collective trace calls its listeners around every operator it issues, every
+    # Work.wait and every functional-collective wait (DTensor's).
     if rec.tracer is not None:
         rec.tracer.listeners.append((lambda: timer.enter("sync"), lambda: timer.exit("sync")))
-        _time_wait_tensor(timer)
 
     # checkpoint: chain whatever torch.save is now (the harness's own save trace, fault injection),
     # and the other ways a checkpoint reaches storage: file copies and the kit's artifact store.
