@@ -14,6 +14,7 @@ reported beside the ratio of medians, and the machine's load average before and 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import resource
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,17 +42,23 @@ class Run:
 FAILED: dict[str, int] = {}  # launches that failed and were run again, by launcher
 
 
-def timed(cmd: list[str], cwd: Path | None = None, name: str = "") -> tuple[float, float, str]:
+def timed(cmd: Callable[[], list[str]], cwd: Path | None = None, name: str = "") -> tuple[float, float, str]:
+    """``cmd`` is called once per try: a retried launch gets a fresh run dir."""
     for _attempt in range(3):  # torchrun --standalone itself fails now and then on gloo: run again, say so
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()
-        p = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
+        p = subprocess.run(cmd(), capture_output=True, text=True, cwd=cwd)
         wall = time.perf_counter() - t
         if p.returncode == 0:
             break
         FAILED[name] = FAILED.get(name, 0) + 1
         tail = (p.stderr.strip().splitlines() or ["(no output)"])[-1]
-        print(f"{name}: a launch failed (exit {p.returncode}: {tail[:200]}); running it again",
+        try:  # `trainwreck run --json` says which rank failed and why
+            failure = json.loads(p.stdout).get("failure") or {}
+            tail = f"{failure.get('reason')}: {(failure.get('error') or '').splitlines()[-1:]}"
+        except ValueError:
+            pass
+        print(f"{name}: a launch failed (exit {p.returncode}: {tail[:300]}); running it again",
               file=sys.stderr, flush=True)
     else:
         raise SystemExit(f"{name}: three launches in a row failed; see the error above")
@@ -60,16 +68,21 @@ def timed(cmd: list[str], cwd: Path | None = None, name: str = "") -> tuple[floa
 
 
 def bare(nproc: int, _tmp: Path) -> Run:
-    wall, cpu, out = timed([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                            f"--nproc-per-node={nproc}", str(SCRIPT)], name="torchrun")
+    wall, cpu, out = timed(lambda: [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                    f"--nproc-per-node={nproc}", str(SCRIPT)], name="torchrun")
     return Run(wall, cpu, float(RATE.search(out).group(1)))
 
 
 def harness(nproc: int, tmp: Path) -> Run:
-    run_dir = Path(tempfile.mkdtemp(dir=tmp)) / "run"
-    wall, cpu, _ = timed([sys.executable, "-m", "grader.cli", "run", str(SCRIPT), "--nproc", str(nproc), "--json",
-                          "--run-dir", str(run_dir)], cwd=HERE.parent, name="trainwreck run")
-    return Run(wall, cpu, float(RATE.search((run_dir / "ranks" / "0" / "stdout.log").read_text()).group(1)))
+    dirs: list[Path] = []
+
+    def cmd() -> list[str]:
+        dirs.append(Path(tempfile.mkdtemp(dir=tmp)) / "run")
+        return [sys.executable, "-m", "grader.cli", "run", str(SCRIPT), "--nproc", str(nproc), "--json",
+                "--run-dir", str(dirs[-1])]
+
+    wall, cpu, _ = timed(cmd, cwd=HERE.parent, name="trainwreck run")
+    return Run(wall, cpu, float(RATE.search((dirs[-1] / "ranks" / "0" / "stdout.log").read_text()).group(1)))
 
 
 def main() -> int:

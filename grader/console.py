@@ -87,18 +87,51 @@ def live_progress(enabled: bool) -> Iterator[Any]:
 
 def run_summary(res) -> None:
     colour = {"ok": "green", "failed": "red", "hung": "red", "timeout": "red"}.get(res.status, "yellow")
-    rows = [[r["rank"], r["exit_code"], r["steps"], f"{r['steps_per_s']:.1f}",
-             f"{r['peak_rss_mb']:.0f}", display_path(r["last_location"], keep=2) or "-"] for r in res.ranks]
-    table(None, ["rank", "exit", "steps", "steps/s", "peak RSS MB", "last collective site"], rows)
+
+    def short(site: str) -> str:  # under the cwd: relative (as run.json has it); else the file's name
+        return display_path(site, keep=1) or site
+
+    def where(r) -> str:
+        site, kind, op = r.get("last_location"), r.get("location_kind"), r.get("location_op")
+        if not site:
+            return "-"
+        return {"raised": f"raised at {short(site)}",
+                "blocked": f"blocked at {short(site)}" + (f" in {op}" if op else ""),
+                "pending collective": f"in {op} at {short(site)}",
+                "failed collective": f"{op} failed at {short(site)}",
+                "last collective": f"last {op} at {short(site)}"}.get(kind, short(site))
+
+    def num(v, fmt: str) -> str:
+        return "no data" if v is None else format(v, fmt)
+
+    t = Table(show_lines=False)
+    for c in ("rank", "exit", "steps", "steps/s", "peak RSS MB"):
+        t.add_column(c, no_wrap=True)
+    t.add_column("location", overflow="fold")
+    for r in res.ranks:
+        t.add_row(*(Text(str(v)) for v in (r["rank"], "-" if r["exit_code"] is None else r["exit_code"],
+                                           r["steps"], num(r["steps_per_s"], ".1f"),
+                                           num(r["peak_rss_mb"], ".0f"), where(r))))
+    out.print(t)
+    text("location: the line a rank raised at, or is blocked on (hung), or the call site of the collective "
+         "it was in, or of its last one (a collective issued by DDP or FSDP shows the script's line that "
+         "ran it, e.g. loss.backward())")
     out.print(f"status: [bold {colour}]{res.status}[/]  world size {res.world_size}  device {res.device}  "
               f"wall {res.wall_s:.1f} s", markup=True)
     out.print(f"run dir: {res.run_dir}", markup=False)
+    if getattr(res, "cwd", None):
+        out.print(f"script ran in: {res.cwd}", markup=False)
+    pg = getattr(res, "pg_timeout", None)
+    if pg:
+        on = pg["applied_on_ranks"]
+        text(f"process-group timeout: {pg['s']:g} s, set by the harness (--pg-timeout) where the script "
+             f"gave none" + (f": ranks {', '.join(map(str, on))}" if on else ": no rank (every script set its own)"))
     if res.hang:
         from harness.watchdog import format_hang
         text(format_hang(res.hang).rstrip())
     if res.failure:
         who = f"rank {res.failure['rank']}" if res.failure.get("rank") is not None else "the launcher"
-        text(f"{who} failed; last lines of its error:")
+        text(f"{who} failed ({res.failure.get('reason')}); its error:")
         text(res.failure.get("error") or "(no output)")
 
 
@@ -178,18 +211,19 @@ def _ms(v: float) -> str:
 
 
 def profile_table(prof: dict[str, Any]) -> None:
-    """``trainwreck run --profile``: a row per phase, per rank the median ms per optimizer step and
-    the phase's share of the counted steps' wall time; then where the traces are and what it means."""
+    """``trainwreck run --profile``: a row per phase, per rank the mean ms per optimizer step and
+    the phase's share of the counted steps' wall time (the same mean, so the two agree); then where
+    the traces are and what it means."""
     ranks = [r for r in prof["ranks"] if r["counted"]]
     if ranks:
         cols = ["phase"]
         for r in ranks:
             cols += [f"rank {r['rank']} ms", "share"]
-        rows = [["step", *[v for r in ranks for v in (_ms(r["step_ms"]), "100%")]]]
+        rows = [["step", *[v for r in ranks for v in (_ms(r["step_mean_ms"]), "100%")]]]
         for p in prof["phases"]:
-            rows.append([p, *[v for r in ranks for v in (_ms(r["phases"][p]["median_ms"]),
+            rows.append([p, *[v for r in ranks for v in (_ms(r["phases"][p]["mean_ms"]),
                                                          f"{r['phases'][p]['share']:.1%}")]])
-        table("per-phase step breakdown: median ms per optimizer step, share of the steps' wall time",
+        table("per-phase step breakdown: mean ms per optimizer step, and share of the counted steps' wall time",
               cols, rows)
     for r in prof["ranks"]:
         extra = [f"{r['counted']} of {r['steps']} steps counted ({r['counted_from']})"]

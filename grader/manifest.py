@@ -48,7 +48,7 @@ class RunSettings(_Strict):
     hang_timeout: float = Field(defaults.HANG_TIMEOUT_S, gt=0)
     startup_timeout: float = Field(defaults.STARTUP_TIMEOUT_S, gt=0)
     timeout: float = Field(180.0, gt=0)
-    pg_timeout: float = Field(60.0, gt=0)
+    pg_timeout: float | None = Field(None, gt=0)  # torch's own unless the exercise needs a shorter one
     args: list[str] = []
 
 

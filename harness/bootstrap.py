@@ -62,8 +62,8 @@ def main(argv: list[str]) -> int:
 
     from harness import instrument  # imports torch: after the cheap set-up above
 
-    rec = instrument.install(run_dir, rank, key, attempt,
-                             float(os.environ.get("TRAINWRECK_PG_TIMEOUT", "60")))
+    pg_timeout = os.environ.pop(rundir.PG_TIMEOUT_ENV, "")
+    rec = instrument.install(run_dir, rank, key, attempt, float(pg_timeout) if pg_timeout else None)
     prof = _install_profiler(rec)
     rec.event(
         "start", pid=os.getpid(), rank=rank, local_rank=int(os.environ.get("LOCAL_RANK", "0")),
@@ -80,6 +80,11 @@ def main(argv: list[str]) -> int:
     except BaseException as e:  # the script's own failure: record it, then fail as it would have
         status, code, error = "exception", 1, instrument.describe_exception(e)
         sys.stderr.write(error)
+    if rec.tracer is not None:  # collectives that completed after the last look at them
+        try:
+            rec.tracer.sweep()
+        except Exception as e:  # never let the trace mask the script's outcome
+            sys.stderr.write(f"trainwreck: collective trace: {e!r}\n")
     if prof is not None:  # before the final save: the harness's own torch.save is not the script's
         try:
             prof.finish()

@@ -1,9 +1,11 @@
 """Per-rank instrumentation, installed by the bootstrap before the user's script runs.
 
 Nothing here needs the script's cooperation: a global optimizer step hook gives the heartbeat,
-step times, learning rates and memory; wrappers around ``torch.distributed``'s Python entry
-points give the collective trace; a wrapper around ``init_process_group`` supplies a short
-default timeout; the optimizers seen by the hook give the final parameters at exit.
+step times, learning rates and memory; a wrapper around ``backward`` gives each step's loss;
+``harness.collectives`` traces every collective at the dispatcher; a wrapper around
+``init_process_group`` records the process group's timeout (and supplies one only when the launch
+asked for it with ``--pg-timeout``); the optimizers seen by the hook give the final parameters at
+exit.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import gc
 import inspect
 import io
 import json
+import math
 import os
+import runpy
 import signal
 import sys
 import threading
@@ -30,18 +34,7 @@ import torch
 import torch.distributed as dist
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from harness import rundir, saves
-
-# The outermost Python entry points of torch.distributed collectives. Nested calls (all_gather_object
-# calls all_gather) are recorded once, at the outermost level.
-COLLECTIVES = (
-    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "all_to_all",
-    "all_to_all_single", "barrier", "monitored_barrier", "broadcast", "broadcast_object_list",
-    "reduce", "reduce_scatter", "reduce_scatter_tensor", "gather", "gather_object", "scatter",
-    "scatter_object_list", "send", "recv", "isend", "irecv", "batch_isend_irecv",
-)
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_TORCH = os.path.dirname(os.path.abspath(torch.__file__))
+from harness import collectives, rundir, saves
 
 _recorder: Recorder | None = None
 
@@ -49,18 +42,6 @@ _recorder: Recorder | None = None
 def current() -> Recorder | None:
     """The rank's recorder when running under the harness, else None."""
     return _recorder
-
-
-def user_site(skip: int = 2) -> str | None:
-    """``file:line`` of the innermost frame outside torch, the harness and the stdlib."""
-    f = sys._getframe(skip)
-    while f is not None:
-        fn = f.f_code.co_filename
-        if not (fn.startswith(_TORCH) or fn.startswith(_HERE) or fn.startswith("<")
-                or "/lib/python3" in fn and "site-packages" not in fn):
-            return f"{fn}:{f.f_lineno}"
-        f = f.f_back
-    return None
 
 
 class Recorder:
@@ -87,6 +68,13 @@ class Recorder:
         self._lock = threading.Lock()
         self._in_scaler_step = False
         self._scaler_stepped = False
+        self.tracer: collectives.Tracer | None = None
+        # The loss backpropagated since the last optimizer step: sum of scalar roots (unscaled
+        # when a GradScaler scaled them), how many backward calls, and the last scaled output seen.
+        self._loss: float | None = None
+        self._n_backward = 0
+        self._loss_scale: float | None = None
+        self._scaled: tuple[weakref.ref, Any] | None = None
         # Parameter fingerprints per step (only when asked: each costs a device sync). They let the
         # grader find which earlier step a resumed attempt restarted from, without the script.
         self.fingerprints = os.environ.pop("TRAINWRECK_FINGERPRINT", "0") == "1"
@@ -131,45 +119,56 @@ class Recorder:
             rec["lr"] = [float(g.get("lr", 0.0)) for g in optimizer.param_groups]
         if skipped:
             rec["skipped"] = True
+        if self._n_backward:
+            loss = self._loss
+            # Standard JSON has no NaN or Infinity: a diverged loss is written as a string.
+            rec["loss"] = loss if loss is None or math.isfinite(loss) else str(loss)
+            rec["n_backward"] = self._n_backward
+            if self._loss_scale is not None:
+                rec["loss_scale"] = self._loss_scale
+        self._loss, self._n_backward, self._loss_scale = None, 0, None
         if self.fingerprints and optimizer is not None:
             rec["fp"] = fingerprint(optimizer)
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             rec["cuda_alloc_mb"] = torch.cuda.memory_allocated() / 2**20
             rec["cuda_max_alloc_mb"] = torch.cuda.max_memory_allocated() / 2**20
         self.event("step", **rec)
+        if self.tracer is not None:
+            self.tracer.sweep()
 
-    # -- collectives -----------------------------------------------------------------------
-    def wrap_collective(self, name: str, fn):
-        @functools.wraps(fn)
-        def traced(*args, **kwargs):
-            depth = getattr(self._tls, "depth", 0)
-            if depth:
-                return fn(*args, **kwargs)
-            with self._lock:
-                self._seq += 1
-                seq = self._seq
-            shapes, dtype = _describe(args, kwargs)
-            self.collectives.write({
-                "a": self.attempt, "seq": seq, "op": name, "ph": "enter", "site": user_site(),
-                "shapes": shapes, "dtype": dtype, "step": self.step, "t": time.time(),
-            })
-            self._tls.depth = 1
+    # -- loss ------------------------------------------------------------------------------
+    def on_backward(self, roots) -> None:
+        """A backward pass from ``roots``: add the scalar ones to this step's loss. ``float()`` of a
+        tensor on an accelerator waits for the device, once per backward call."""
+        total, seen = 0.0, False
+        for t in roots:
+            if not isinstance(t, torch.Tensor) or t.numel() != 1:
+                continue
+            t = _replicated_local(t)
+            if t is None:  # a sharded or partial DTensor: its value would take a collective
+                continue
             try:
-                out = fn(*args, **kwargs)
-            except BaseException as e:  # a timeout or a peer that died: where it happened matters
-                self.collectives.write({"a": self.attempt, "seq": seq, "ph": "error", "t": time.time(),
-                                        "err": f"{type(e).__name__}: {str(e)[-300:]}"})
-                raise
-            else:
-                self.collectives.write({"a": self.attempt, "seq": seq, "ph": "exit", "t": time.time()})
-                return out
-            finally:
-                self._tls.depth = 0
-        traced.__trainwreck_wrapped__ = True
-        return traced
+                v = float(t.detach())
+            except Exception:  # a fake or meta tensor: no value to record
+                continue
+            scaled = self._scaled
+            if scaled is not None and scaled[0]() is t:
+                scale = float(scaled[1].get_scale())
+                if scale:
+                    v /= scale
+                    self._loss_scale = scale
+            total += v
+            seen = True
+        if seen:
+            self._loss = (self._loss or 0.0) + total
+            self._n_backward += 1
 
     # -- exit ------------------------------------------------------------------------------
     def save_final_params(self) -> dict[str, Any]:
+        """Save the parameters this rank holds. A DTensor parameter (FSDP2, tensor parallel) is saved
+        as its local shard, and its global shape and the shard's offset go into the exit record
+        (``shards``), so the full tensors can be put back together from every rank's file
+        (``harness.finalparams``) without a collective at exit, where a peer may be gone."""
         # The optimizers still alive, else those that stepped last: an optimizer replaced on
         # resume, or a model rebuilt, must not contribute stale parameters.
         entries = list(self._opts.values())
@@ -183,20 +182,64 @@ class Recorder:
                     seen.add(id(p))
                     params.append(p)
         if not params:
-            return {"n_tensors": 0, "numel": 0}
+            return {"n_tensors": 0, "numel": 0, "local_numel": 0}
         names = [self._names.get(id(p), f"param.{i}") for i, p in enumerate(params)]
         if len(set(names)) != len(names):
             names = [f"param.{i}" for i in range(len(params))]
-        state = {names[i]: p.detach().to("cpu", copy=True) for i, p in enumerate(params)}
+        state, shards = {}, {}
+        for name, p in zip(names, params):
+            local, shard = _local_part(p.detach())
+            state[name] = local.to("cpu", copy=True)
+            if shard is not None:
+                shards[name] = shard
         path = self.dir / rundir.FINAL_PARAMS
         tmp = path.with_suffix(".tmp")
         torch.save(state, tmp)
         os.replace(tmp, path)
-        return {
+        out = {
             "n_tensors": len(state),
-            "numel": int(sum(t.numel() for t in state.values())),
+            "numel": int(sum(p.numel() for p in params)),  # the model's size: global for shards
+            "local_numel": int(sum(t.numel() for t in state.values())),
             "params_sha256": rundir.sha256_file(path),
         }
+        if shards:
+            out["shards"] = shards
+        return out
+
+
+def _replicated_local(t: torch.Tensor) -> torch.Tensor | None:
+    """``t``, or for a DTensor its local tensor when that holds the whole value (replicated)."""
+    if "torch.distributed.tensor" not in sys.modules:
+        return t
+    from torch.distributed.tensor import DTensor
+
+    if not isinstance(t, DTensor):
+        return t
+    return t.to_local() if all(p.is_replicate() for p in t.placements) else None
+
+
+def _local_part(t: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any] | None]:
+    """A plain tensor as it is; a DTensor as its local shard and where that sits in the whole."""
+    if "torch.distributed.tensor" not in sys.modules:  # no DTensor can exist yet
+        return t, None
+    from torch.distributed.tensor import DTensor
+
+    if not isinstance(t, DTensor):
+        return t, None
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    local = t.to_local()
+    placements = [str(p) for p in t.placements]
+    try:
+        _, offset = compute_local_shape_and_global_offset(t.shape, t.device_mesh, t.placements)
+    except Exception:  # a placement this torch cannot place: the shard is kept, marked unplaceable
+        offset = None
+    # Only plain Shard/Replicate blocks can be put back by copying: say so for anything else.
+    placeable = offset is not None and all(
+        p.startswith(("Shard(", "Replicate(")) or p in ("R", "Replicate()") or p.startswith("S(")
+        for p in placements)
+    return local, {"shape": list(t.shape), "offset": list(offset) if offset is not None else None,
+                   "placements": placements, "placeable": placeable}
 
 
 def fingerprint(optimizer: torch.optim.Optimizer) -> float:
@@ -206,18 +249,6 @@ def fingerprint(optimizer: torch.optim.Optimizer) -> float:
         vals = [p.detach().reshape(-1)[:8].double().sum()
                 for g in optimizer.param_groups for p in g["params"] if p.numel()]
         return float(torch.stack(vals).sum().cpu()) if vals else 0.0
-
-
-def _describe(args, kwargs) -> tuple[list, str | None]:
-    shapes, dtype = [], None
-    for a in list(args) + list(kwargs.values()):
-        if isinstance(a, torch.Tensor):
-            shapes.append(list(a.shape))
-            dtype = dtype or str(a.dtype).replace("torch.", "")
-        elif isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor):
-            shapes.append([list(t.shape) for t in a[:4]])
-            dtype = dtype or str(a[0].dtype).replace("torch.", "")
-    return shapes, dtype
 
 
 def _param_names(params: list[torch.Tensor]) -> list[str]:
@@ -250,7 +281,9 @@ def _param_names(params: list[torch.Tensor]) -> list[str]:
     return out
 
 
-def install(run_dir: Path, rank: int, key: str, attempt: int, pg_timeout_s: float) -> Recorder:
+def install(run_dir: Path, rank: int, key: str, attempt: int, pg_timeout_s: float | None) -> Recorder:
+    """``pg_timeout_s``: the process-group timeout to supply where the script gives none, or None
+    to leave torch's default (30 minutes on gloo and NCCL)."""
     global _recorder
     rec = Recorder(run_dir, rank, key, attempt)
     _recorder = rec
@@ -274,13 +307,23 @@ def install(run_dir: Path, rank: int, key: str, attempt: int, pg_timeout_s: floa
 
     scaler_cls.step = scaler_step
 
-    import torch.distributed.distributed_c10d as c10d
+    # The loss: the root of each backward pass. A GradScaler's scale() output is remembered, so
+    # its backward is recorded unscaled.
+    orig_scale = scaler_cls.scale
 
-    for name in COLLECTIVES:
-        for mod in (dist, c10d):
-            fn = getattr(mod, name, None)
-            if fn is not None and not getattr(fn, "__trainwreck_wrapped__", False):
-                setattr(mod, name, rec.wrap_collective(name, fn))
+    @functools.wraps(orig_scale)
+    def scale(self, outputs):
+        out = orig_scale(self, outputs)
+        if isinstance(out, torch.Tensor) and self.is_enabled():
+            rec._scaled = (weakref.ref(out), self)
+        return out
+
+    scaler_cls.scale = scale
+    _install_backward(rec)
+
+    rec.tracer = collectives.install(rec.collectives, attempt, lambda: rec.step)
+
+    import torch.distributed.distributed_c10d as c10d
 
     orig_init = c10d.init_process_group
     init_sig = inspect.signature(orig_init)
@@ -293,11 +336,19 @@ def install(run_dir: Path, rank: int, key: str, attempt: int, pg_timeout_s: floa
         except TypeError:  # a call torch itself will reject: let it say why
             return orig_init(*args, **kwargs)
         given = call.arguments.get("timeout") is not None
-        if not given:
+        if not given and pg_timeout_s is not None:
             call.arguments["timeout"] = datetime.timedelta(seconds=pg_timeout_s)
         out = orig_init(*call.args, **call.kwargs)
+        timeout = call.arguments.get("timeout")
+        if timeout is None:  # torch's own default for this backend, as torch would apply it
+            try:
+                timeout = c10d._get_default_timeout(dist.get_backend())
+            except Exception:
+                timeout = None
         rec.event("pg_init", backend=str(dist.get_backend()), world_size=dist.get_world_size(),
-                  timeout_s=call.arguments["timeout"].total_seconds(), timeout_from_script=given)
+                  timeout_s=timeout.total_seconds() if timeout is not None else None,
+                  timeout_from_script=given,
+                  timeout_by=("script" if given else "harness" if pg_timeout_s is not None else "torch"))
         return out
 
     dist.init_process_group = init_process_group
@@ -306,6 +357,37 @@ def install(run_dir: Path, rank: int, key: str, attempt: int, pg_timeout_s: floa
     # After the faults: a save the harness tears on purpose still shows its begin and no end.
     saves.install(run_dir, rank, key, attempt, lambda: rec.step, fingerprints=rec.fingerprints)
     return rec
+
+
+def _install_backward(rec: Recorder) -> None:
+    """``Tensor.backward`` calls ``torch.autograd.backward``: one record per outermost call."""
+    depth = threading.local()
+
+    def wrap(fn, roots_of):
+        @functools.wraps(fn)
+        def backward(*args, **kwargs):
+            outer = not getattr(depth, "n", 0)
+            if outer:
+                try:
+                    rec.on_backward(roots_of(args, kwargs))
+                except Exception:  # never let the loss record break the script's backward
+                    pass
+            depth.n = getattr(depth, "n", 0) + 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                depth.n -= 1
+        return backward
+
+    def tensor_roots(args, kwargs):
+        return args[:1]
+
+    def autograd_roots(args, kwargs):
+        t = args[0] if args else kwargs.get("tensors")
+        return [t] if isinstance(t, torch.Tensor) else list(t or [])
+
+    torch.Tensor.backward = wrap(torch.Tensor.backward, tensor_roots)
+    torch.autograd.backward = wrap(torch.autograd.backward, autograd_roots)
 
 
 def _install_faults(rec: Recorder, faults: list[dict[str, Any]]) -> None:
@@ -350,4 +432,14 @@ def _install_faults(rec: Recorder, faults: list[dict[str, Any]]) -> None:
 
 
 def describe_exception(exc: BaseException) -> str:
-    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]
+    """The traceback as the script's author would see it under plain ``python``: the bootstrap's
+    and runpy's frames that start every rank's stack are left out, so the script's frames come first."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None and _is_launch_frame(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))[-4000:]
+
+
+def _is_launch_frame(filename: str) -> bool:
+    return (filename.endswith(os.path.join("harness", "bootstrap.py")) or filename == runpy.__file__
+            or filename.startswith("<frozen runpy"))

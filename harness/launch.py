@@ -64,11 +64,13 @@ class LaunchConfig:
     hang_timeout: float = defaults.HANG_TIMEOUT_S  # no progress on any rank for this long, after the first step
     startup_timeout: float = defaults.STARTUP_TIMEOUT_S  # allowance before the first step of each attempt
     timeout: float | None = None  # wall-clock limit for the whole launch
-    pg_timeout: float = 60.0  # process-group timeout where the script sets none
+    # Process-group timeout to supply where the script sets none; None leaves torch's default (30
+    # minutes on gloo and NCCL), as torchrun does: the watchdog finds hangs from outside.
+    pg_timeout: float | None = None
     run_dir: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
     faults: list[Fault] = field(default_factory=list)
-    cwd: Path | None = None
+    cwd: Path | None = None  # where the script runs; None: the caller's directory, as under torchrun
     profile: bool = False  # per-phase step timer and a torch.profiler trace in every rank
 
     def validate(self) -> None:
@@ -81,7 +83,7 @@ class LaunchConfig:
         if self.nnodes > 1 and not self.rdzv_endpoint:
             raise LaunchError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT")
         for name in ("hang_timeout", "startup_timeout", "pg_timeout"):
-            if getattr(self, name) <= 0:
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise LaunchError(f"--{name.replace('_', '-')} must be positive")
 
 
@@ -96,6 +98,8 @@ class RunResult:
     hang: dict[str, Any] | None = None
     failure: dict[str, Any] | None = None
     device: str = "cpu"
+    cwd: Path | None = None  # where the script ran
+    pg_timeout: dict[str, Any] | None = None  # only when the harness supplied one: see _pg_timeout
 
     @property
     def ok(self) -> bool:
@@ -105,10 +109,14 @@ class RunResult:
         return {
             "status": self.status, "run_dir": str(self.run_dir), "world_size": self.world_size,
             "wall_s": round(self.wall_s, 3), "device": self.device, "exit_code": self.exit_code,
-            "ranks": [{k: r.get(k) for k in ("rank", "exit_code", "steps", "steps_per_s",
-                                               "peak_rss_mb", "last_location")} for r in self.ranks],
+            "cwd": str(self.cwd) if self.cwd else None, "pg_timeout": self.pg_timeout,
+            "ranks": [{k: r.get(k) for k in RANK_FIELDS} for r in self.ranks],
             "hang": self.hang, "failure": self.failure,
         }
+
+
+RANK_FIELDS = ("rank", "exit_code", "steps", "steps_per_s", "peak_rss_mb", "last_location",
+               "location_kind", "location_op")
 
 
 def gpu_count() -> int:
@@ -154,7 +162,9 @@ def build_env(cfg: LaunchConfig, run_dir: Path, key: str, device: str) -> dict[s
     env.update(cfg.env)
     env[rundir.RUN_DIR_ENV] = str(run_dir.resolve())
     env[rundir.KEY_ENV] = key
-    env["TRAINWRECK_PG_TIMEOUT"] = str(cfg.pg_timeout)
+    env.pop(rundir.PG_TIMEOUT_ENV, None)
+    if cfg.pg_timeout is not None:
+        env[rundir.PG_TIMEOUT_ENV] = str(cfg.pg_timeout)
     env["TRAINWRECK_FAULTS"] = json.dumps([asdict(f) for f in cfg.faults])
     env.pop(PROFILE_ENV, None)
     if cfg.profile:
@@ -191,12 +201,14 @@ def launch(
     started = time.time()
     started_iso = datetime.now(UTC).isoformat(timespec="seconds")
     cmd = build_command(cfg)
-    monitor = Monitor(run_dir, startup_timeout=cfg.startup_timeout, hang_timeout=cfg.hang_timeout, tee=tee)
+    cwd = Path(cfg.cwd).resolve() if cfg.cwd is not None else Path.cwd()
+    monitor = Monitor(run_dir, startup_timeout=cfg.startup_timeout, hang_timeout=cfg.hang_timeout,
+                      key=key, tee=tee)
     status, hang, exit_code = "failed", None, None
     with open(run_dir / "launcher.log", "ab") as log:
         proc = psutil.Popen(cmd, env=build_env(cfg, run_dir, key, device), stdout=log,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            cwd=cfg.cwd, start_new_session=True)
+                            cwd=cwd, start_new_session=True)
     tree = ProcessTree(proc, env_marker=(rundir.RUN_DIR_ENV, str(run_dir)))
     prev_term = _raise_on_sigterm()
     refreshed = 0.0
@@ -234,36 +246,59 @@ def launch(
             tree.terminate()
             if exit_code is None:
                 exit_code = proc.poll()  # how the launcher ended when we ended it (None: not known)
-            result = _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, device)
+            result = _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, device, cwd)
         finally:
             _restore(signal.SIGTERM, prev_term)
             _restore(signal.SIGINT, prev_int)
     return result
 
 
-def _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, device) -> RunResult:
+def _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, device, cwd) -> RunResult:
     world_size = cfg.nproc * cfg.nnodes
     observed = [observe_rank(run_dir, r, key) for r in rundir.ranks_in(run_dir)]
     failure = find_failure(run_dir, observed) if status == "failed" else None
     log = run_dir / "launcher.log"
     codes, _ = launcher_exit_codes(log.read_text(errors="replace") if log.exists() else "")
-    blocked = {r["rank"]: r["blocked_at"] for r in hang["ranks"]} if hang else {}
+    blocked = {r["rank"]: r for r in hang["ranks"]} if hang else {}
     ranks = []
     for obs in observed:
         r = obs.public()
         if r["exit_code"] is None:  # no exit record: the launcher knows how it ended (-9: SIGKILL)
             r["exit_code"] = codes.get(obs.rank)
-        r["last_location"] = display_path(blocked.get(obs.rank) or obs.last_location)
+        r["location_op"] = None
+        stuck = blocked.get(obs.rank)
+        if stuck and stuck["blocked_at"]:  # hung: the line its stack shows it waiting on
+            r["last_location"], r["location_kind"] = stuck["blocked_at"], "blocked"
+            r["location_op"] = (stuck["pending_collective"] or {}).get("op")
+        elif obs.location_kind in ("pending collective", "failed collective"):
+            r["location_op"] = obs.pending_collective.get("op")
+        elif obs.location_kind == "last collective":
+            r["location_op"] = obs.last_collective.get("op")
+        r["last_location"] = display_path(r["last_location"])
         ranks.append(r)
     result = RunResult(status=status, run_dir=run_dir, world_size=world_size,
                        wall_s=time.time() - started, exit_code=exit_code,
-                       ranks=ranks, hang=hang, failure=failure, device=device)
+                       ranks=ranks, hang=hang, failure=failure, device=device, cwd=cwd,
+                       pg_timeout=_pg_timeout(cfg, run_dir, key))
     cfg_json = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
     rundir.atomic_write_json(run_dir / "run.json", {
         "schema_version": rundir.RUN_SCHEMA_VERSION, "key": key, "started_at": started_iso,
         "command": build_command(cfg), "config": cfg_json, **result.to_json(),
     })
     return result
+
+
+def _pg_timeout(cfg: LaunchConfig, run_dir: Path, key: str) -> dict[str, Any] | None:
+    """When the launch asked for a process-group timeout: its value, and the ranks whose script set
+    none, so that the harness's value was the one applied (from the signed ``pg_init`` records)."""
+    if cfg.pg_timeout is None:
+        return None
+    applied = []
+    for r in rundir.ranks_in(run_dir):
+        events = rundir.read_records(rundir.rank_dir(run_dir, r) / rundir.EVENTS, key).valid
+        if any(e.get("kind") == "pg_init" and e.get("timeout_by") == "harness" for e in events):
+            applied.append(r)
+    return {"s": cfg.pg_timeout, "applied_on_ranks": applied}
 
 
 def display_path(site: str | None) -> str | None:

@@ -1,8 +1,10 @@
-"""Live progress of a launch, read incrementally from the run dir while it runs.
+"""Live progress of a launch while it runs: for the display and the hang watchdog.
 
-This is for the display and the hang watchdog only: it reads records without verifying them
-(the key stays with the parent until the end) and keeps parent-clock times of each change.
-Grading always re-reads the finished run dir with verification (``harness.observe``).
+Progress is any new verified record of any rank (``harness.progress``), or a rank using CPU
+(``harness.liveness``, read from /proc by the parent): a rank evaluating alone while its peers
+wait in a collective is working, not hung. A job is hung only when no rank has made progress of
+either kind for the hang timeout (or the start-up allowance, before the first step of an attempt).
+Times are the parent's clock. Grading re-reads the finished run dir (``harness.observe``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from pathlib import Path
 import psutil
 
 from harness import rundir
+from harness.liveness import CpuWatch, Liveness
+from harness.progress import RecordFeed, RunDirFeed
 
 RATE_WINDOW_S = 5.0  # steps/s on the display: over the last few seconds, so a stall shows as 0
 
@@ -31,6 +35,9 @@ class RankProgress:
     steps_per_s: float = 0.0
     exited: bool = False
     exit_status: str | None = None  # from the exit record; "killed" when the process died without one
+    last_record_at: float | None = None  # parent time of its last verified record
+    busy_until: float | None = None  # parent time of the last CPU sample that showed it working
+    cpu_fraction: float | None = None  # of a core, in its last CPU sample
     history: deque = field(default_factory=deque)  # (parent time, steps) per poll, for steps/s
 
     def update_rate(self, now: float) -> None:
@@ -54,41 +61,47 @@ class Snapshot:
 
 
 class Monitor:
-    def __init__(self, run_dir: Path, startup_timeout: float, hang_timeout: float,
-                 tee: Callable[[int, str, str], None] | None = None):
+    def __init__(self, run_dir: Path, startup_timeout: float, hang_timeout: float, key: str,
+                 tee: Callable[[int, str, str], None] | None = None,
+                 feed: RecordFeed | None = None, liveness: Liveness | None = None):
         self.run_dir = run_dir
         self.tee = tee  # called with (rank, "stdout"|"stderr", line) for each new line of output
         self._out_offsets: dict[Path, int] = {}
         self.startup_timeout = startup_timeout
         self.hang_timeout = hang_timeout
+        self.feed = feed if feed is not None else RunDirFeed(run_dir, key)
+        self.liveness = liveness if liveness is not None else CpuWatch()
         self.started = time.time()
         self.ranks: dict[int, RankProgress] = {}
-        self._offsets: dict[int, int] = {}
-        self._sizes: dict[Path, int] = {}
         self.attempt = 0
         self.attempt_started = self.started
         self.last_progress = self.started
+        self.progress_by = "start"  # what the last progress was: "record (rank N)", "CPU (rank N)"
         self.stepped_this_attempt = False
 
     def poll(self, now: float | None = None) -> Snapshot:
         now = now or time.time()
-        for r in rundir.ranks_in(self.run_dir):
-            self._read_events(r, now)
-            self.ranks[r].update_rate(now)
+        for r, streams in sorted(self.feed.poll().items()):
+            prog = self.ranks.setdefault(r, RankProgress(rank=r))
+            self._read_events(prog, streams.get(rundir.EVENTS, []), now)
+            if any(streams.values()):
+                prog.last_record_at = now
+                self._progress(now, f"record (rank {r})")
+        for r, prog in self.ranks.items():
+            prog.update_rate(now)
             if self.tee:
                 self._tee_output(r)
-            rdir = rundir.rank_dir(self.run_dir, r)
-            for name in (rundir.SAMPLES, rundir.COLLECTIVES):
-                p = rdir / name
-                try:
-                    size = p.stat().st_size
-                except FileNotFoundError:
-                    continue
-                if size != self._sizes.get(p, 0):
-                    self._sizes[p] = size
-                    self.last_progress = now
         self._check_alive(now)
+        for r, frac in sorted(self.liveness.sample(self.live_pids(), now).items()):
+            self.ranks[r].cpu_fraction = frac
+            if frac >= self.liveness.busy_fraction:
+                self.ranks[r].busy_until = now
+                self._progress(now, f"CPU (rank {r})")
         return self.snapshot(now)
+
+    def _progress(self, now: float, by: str) -> None:
+        self.last_progress = max(self.last_progress, now)
+        self.progress_by = by
 
     def _check_alive(self, now: float) -> None:
         """Ranks that died without an exit record (SIGKILL, a segfault) are not waited on; once
@@ -98,15 +111,12 @@ class Monitor:
         for p in current:
             if not p.exited and not _running(p.pid):
                 p.exited, p.exit_status = True, "killed"
-                self.last_progress = now
+                self._progress(now, f"exit (rank {p.rank})")
         if current and all(p.exited for p in current) and self.stepped_this_attempt:
             self.stepped_this_attempt = False
             self.attempt_started = now
 
-    def _read_events(self, r: int, now: float) -> None:
-        prog = self.ranks.setdefault(r, RankProgress(rank=r))
-        path = rundir.rank_dir(self.run_dir, r) / rundir.EVENTS
-        recs, self._offsets[r] = rundir.iter_new_lines(path, self._offsets.get(r, 0))
+    def _read_events(self, prog: RankProgress, recs: list[dict], now: float) -> None:
         for rec in recs:
             attempt = int(rec.get("attempt", 0))
             kind = rec.get("kind")
@@ -124,7 +134,6 @@ class Monitor:
                     self.stepped_this_attempt = True
             elif kind == "exit":
                 prog.exited, prog.exit_status = True, rec.get("status")
-            self.last_progress = now
 
     def _tee_output(self, r: int) -> None:
         for stream, name in (("stdout", rundir.STDOUT), ("stderr", rundir.STDERR)):

@@ -3,6 +3,7 @@ launcher's summary and the grader (which re-reads, never re-runs)."""
 
 from __future__ import annotations
 
+import os
 import re
 import statistics
 from dataclasses import asdict, dataclass, field
@@ -32,18 +33,29 @@ class RankObservation:
     step_times: list[float] = field(default_factory=list)  # seconds per step, last attempt
     lr: list[list[float]] = field(default_factory=list)
     last_location: str | None = None  # where the rank raised, else its pending or last collective
+    location_kind: str | None = None  # what last_location is: "raised", "pending collective", "last collective"
     fault: dict[str, Any] | None = None  # the harness killed this rank on purpose (last attempt)
     last_collective: dict[str, Any] | None = None
-    pending_collective: dict[str, Any] | None = None  # entered, and never returned or raised
+    pending_collective: dict[str, Any] | None = None  # issued and never completed (or failed): the latest
+    pending_collectives: list[dict[str, Any]] = field(default_factory=list)  # all of them, oldest first
     n_collectives: int = 0
     forged_lines: int = 0
     params_sha256: str | None = None
-    n_params: int = 0
+    n_params: int = 0  # the model's parameter elements (global, for sharded parameters)
+    local_params: int = 0  # the elements this rank saved (its shards)
+    shards: dict[str, Any] | None = None  # name -> global shape and offset of a sharded parameter
+    losses: list[float | None] = field(default_factory=list)  # per step, last attempt (None: no scalar backward)
 
     def public(self) -> dict[str, Any]:
+        """The summary of run.json and ``--json``: null where there is no data (a rank that never
+        stepped has no rate and no peak RSS, not 0)."""
         d = asdict(self)
-        for bulky in ("rss_mb", "cuda_alloc_mb", "step_times", "lr"):
+        for bulky in ("rss_mb", "cuda_alloc_mb", "step_times", "lr", "losses", "pending_collectives", "shards"):
             d.pop(bulky)
+        if len(self.step_times) < 2:
+            d["steps_per_s"] = None
+        if not self.steps_total:
+            d["peak_rss_mb"] = None
         return d
 
 
@@ -67,6 +79,7 @@ def observe_rank(run_dir: Path, rank: int, key: str | None) -> RankObservation:
                 obs.rss_mb.append(float(r.get("rss_mb", 0.0)))
                 obs.step_times.append(float(r.get("dt", 0.0)))
                 obs.lr.append(list(r.get("lr", [])))
+                obs.losses.append(r.get("loss"))
                 if "cuda_alloc_mb" in r:
                     obs.cuda_alloc_mb.append(float(r["cuda_alloc_mb"]))
         elif r.get("kind") == "exit" and r.get("attempt") == last:
@@ -76,6 +89,8 @@ def observe_rank(run_dir: Path, rank: int, key: str | None) -> RankObservation:
             obs.error = r.get("error")
             obs.params_sha256 = r.get("params_sha256")
             obs.n_params = int(r.get("numel", 0))
+            obs.local_params = int(r.get("local_numel", r.get("numel", 0)))
+            obs.shards = r.get("shards")
         elif r.get("kind") == "fault" and r.get("attempt") == last:
             obs.fault = {k: r.get(k) for k in ("what", "step", "t")}
     obs.steps_per_s = rate(step_ts)
@@ -94,10 +109,18 @@ def observe_rank(run_dir: Path, rank: int, key: str | None) -> RankObservation:
             failed = entered.pop(r["seq"], None)
             if failed:
                 obs.pending_collective = {**failed, "error": r.get("err")}
-    if entered:  # entered and never left: blocked there when the rank was stopped
-        obs.pending_collective = entered[max(entered)]
-    blocked = obs.pending_collective or obs.last_collective
-    obs.last_location = raised_at(obs.error) or (blocked.get("site") if blocked else None)
+    if entered:  # issued and never completed: what the rank was waiting for when it stopped
+        obs.pending_collectives = [entered[s] for s in sorted(entered)]
+        on_main = [s for s in entered if entered[s].get("main", True)]
+        obs.pending_collective = entered[max(on_main or entered)]
+    raised = raised_at(obs.error)
+    if raised:
+        obs.last_location, obs.location_kind = raised, "raised"
+    elif obs.pending_collective:
+        obs.last_location = obs.pending_collective.get("site")
+        obs.location_kind = "failed collective" if "error" in obs.pending_collective else "pending collective"
+    elif obs.last_collective:
+        obs.last_location, obs.location_kind = obs.last_collective.get("site"), "last collective"
     return obs
 
 
@@ -110,7 +133,7 @@ def raised_at(traceback_text: str | None) -> str | None:
     site = None
     for line in (traceback_text or "").splitlines():
         m = _TB_FRAME.match(line)
-        if m and not _is_library(m["file"]):
+        if m and not is_library_path(m["file"]):
             site = f"{m['file']}:{m['line']}"
     return site
 
@@ -150,12 +173,23 @@ def parse_stacks(text: str, script_files: set[str] | None = None) -> dict[str, A
         if script_files is not None and f in script_files:
             site = f"{f}:{ln}"
             break
-        if script_files is None and not _is_library(f):
+        if script_files is None and not is_library_path(f):
             site = f"{f}:{ln}"
             break
     return {"site": site, "frames": [f"{f}:{ln} in {fn}" for f, ln, fn in main]}
 
 
-def _is_library(path: str) -> bool:
-    return ("site-packages" in path or "/lib/python3" in path or path.endswith("harness/bootstrap.py")
-            or "/harness/" in path or path.startswith("<"))
+_HARNESS_DIR = os.path.dirname(os.path.abspath(__file__))
+_HARNESS_MODULES = frozenset(n for n in os.listdir(_HARNESS_DIR) if n.endswith(".py"))
+
+
+def is_library_path(path: str) -> bool:
+    """torch, the stdlib, installed packages, or this harness (here, or a copy of it elsewhere: a
+    file named like one of its modules in a folder named ``harness``). A project checked out in a
+    folder that happens to be called ``harness`` is still the user's code."""
+    if "site-packages" in path or "/lib/python3" in path or path.startswith("<"):
+        return True
+    if path.startswith(_HARNESS_DIR + os.sep):
+        return True
+    parent, name = os.path.split(path)
+    return os.path.basename(parent) == "harness" and name in _HARNESS_MODULES

@@ -11,6 +11,8 @@ from pathlib import Path
 def display_path(site: str | None, keep: int | None = None, relative: bool = True) -> str | None:
     if not site:
         return site
+    if not Path(site).is_absolute():
+        return site  # already relative (to where the run was launched)
     if relative:
         try:
             return str(Path(site).relative_to(Path.cwd()))

@@ -31,8 +31,11 @@ PHASES = TIMED + ("other",)
 SCHEDULE = {"wait": 4, "warmup": 1, "active": 3}
 
 NOTES = (
-    "sync is the time inside collectives called from Python; DDP's bucketed gradient all-reduces run "
-    "in C++, overlapped with the backward pass, and are counted inside backward.",
+    "sync is the time spent issuing collectives (whoever issues them: the script, FSDP2, DTensor, DDP) "
+    "and waiting for them in Work.wait or a functional collective's wait; DDP waits for its bucketed "
+    "gradient all-reduces in C++ at the end of the backward pass, so that wait is counted in backward.",
+    "ms are means per counted step, and share is the phase's share of those steps' wall time "
+    "(mean phase / mean step), so the shares add up to 100% with the profiler's own time.",
     "phases are measured on each rank's main thread; saves on other threads are listed separately "
     "as background checkpoints.",
 )
@@ -124,7 +127,7 @@ class PhaseTimer:
 class PhaseStat:
     median_ms: float
     mean_ms: float
-    share: float  # of the counted steps' total wall time
+    share: float  # of the counted steps' total wall time: mean_ms / the mean step
 
 
 @dataclass
@@ -134,6 +137,7 @@ class RankProfile:
     counted: int = 0  # steps the figures are over
     counted_from: str = ""  # which steps those are, in words
     step_ms: float = 0.0  # median wall time of a counted step
+    step_mean_ms: float = 0.0  # mean wall time of a counted step: what the phases' shares are of
     phases: dict[str, PhaseStat] = field(default_factory=dict)
     profiler_ms: float = 0.0  # median time the harness's profiler took per counted step
     after_last_step_ms: dict[str, float] = field(default_factory=dict)  # from the last step to exit
@@ -186,6 +190,7 @@ def summarize(rank: int, records: list[dict[str, Any]], rank_dir: Path | None = 
         return out
     total_wall = sum(float(r.get("wall", 0.0)) for r in chosen) or 1.0
     out.step_ms = round(statistics.median(float(r.get("wall", 0.0)) for r in chosen) * 1e3, 3)
+    out.step_mean_ms = round(statistics.fmean(float(r.get("wall", 0.0)) for r in chosen) * 1e3, 3)
     out.profiler_ms = round(statistics.median(float(r.get("profiler", 0.0)) for r in chosen) * 1e3, 3)
     for p in PHASES:
         vals = [float(r.get(p, 0.0)) for r in chosen]

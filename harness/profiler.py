@@ -6,7 +6,9 @@ Where each phase's time comes from (main thread only, see ``harness.phases.Phase
 - data: ``DataLoader.__iter__`` and the loader iterator's ``__next__`` (waiting for the input pipeline);
 - forward: the outermost ``nn.Module`` call (global forward pre/post hooks; nested modules deepen it);
 - backward: ``Tensor.backward``, ``torch.autograd.backward`` and ``torch.autograd.grad``;
-- sync: the ``torch.distributed`` collectives called from Python (those ``harness.instrument`` traces);
+- sync: issuing a collective (any API: ``harness.collectives`` sees them at the dispatcher) and
+  waiting for one (``Work.wait``, the functional collectives' ``wait_tensor``); DDP waits for its
+  bucket all-reduces in C++ at the end of backward, which stays in backward;
 - optimizer: between the optimizer step pre-hook and the harness's step record;
 - checkpoint: ``torch.save`` (whatever ``torch.save`` is at install time: other wrappers compose),
   ``shutil.copyfile`` (and the ``shutil.copy*`` built on it) and ``ArtifactStore.upload``;
@@ -25,12 +27,11 @@ import time
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from harness import rundir
-from harness.instrument import COLLECTIVES, Recorder
+from harness.instrument import Recorder
 from harness.phases import PROFILE, SCHEDULE, PhaseTimer
 
 _TRACING = ("WARMUP", "RECORD", "RECORD_AND_SAVE")
@@ -178,14 +179,10 @@ def install(rec: Recorder, schedule: dict[str, int] | None = None) -> Profiler:
     torch.autograd.backward = _phase(timer, "backward", torch.autograd.backward)
     torch.autograd.grad = _phase(timer, "backward", torch.autograd.grad)
 
-    # sync: outside the collective trace's wrappers, so its bookkeeping counts as the collective's.
-    import torch.distributed.distributed_c10d as c10d
-
-    for name in COLLECTIVES:
-        for mod in (dist, c10d):
-            fn = getattr(mod, name, None)
-            if fn is not None:
-                setattr(mod, name, _phase(timer, "sync", fn))
+    # sync: the collective trace calls its listeners around every operator it issues, every
+    # Work.wait and every functional-collective wait (DTensor's).
+    if rec.tracer is not None:
+        rec.tracer.listeners.append((lambda: timer.enter("sync"), lambda: timer.exit("sync")))
 
     # checkpoint: chain whatever torch.save is now (the harness's own save trace, fault injection),
     # and the other ways a checkpoint reaches storage: file copies and the kit's artifact store.

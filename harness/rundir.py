@@ -38,6 +38,7 @@ RUN_SCHEMA_VERSION = 1
 KEY_ENV = "TRAINWRECK_KEY"
 RUN_DIR_ENV = "TRAINWRECK_RUN_DIR"
 PROFILE_ENV = "TRAINWRECK_PROFILE"  # only under `trainwreck run --profile` (harness.phases)
+PG_TIMEOUT_ENV = "TRAINWRECK_PG_TIMEOUT"  # only when the launch asks for a process-group timeout
 
 EVENTS = "events.jsonl"
 COLLECTIVES = "collectives.jsonl"
@@ -61,10 +62,41 @@ def _canonical(record: dict[str, Any]) -> bytes:
     return json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
 
 
+_HMAC_BASES: dict[str, Any] = {}  # per key, an HMAC with the key already absorbed (copied per record)
+
+
+def _mac(key: str, body: bytes) -> str:
+    base = _HMAC_BASES.get(key)
+    if base is None:
+        base = _HMAC_BASES[key] = hmac.new(key.encode(), digestmod=hashlib.sha256)
+    h = base.copy()
+    h.update(body)
+    return h.hexdigest()[:32]
+
+
+def mac_of(record: dict[str, Any], key: str) -> str:
+    return _mac(key, _canonical(record))
+
+
+def verified(line: bytes | str, key: str) -> dict[str, Any] | None:
+    """The record on ``line`` (without its mac) when it parses and its MAC verifies, else None."""
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(rec, dict) or "mac" not in rec:
+        return None
+    mac = rec.pop("mac")
+    return rec if hmac.compare_digest(mac_of(rec, key), str(mac)) else None
+
+
 def sign(record: dict[str, Any], key: str) -> str:
-    """One JSON line: the record plus its MAC."""
-    mac = hmac.new(key.encode(), _canonical(record), hashlib.sha256).hexdigest()[:32]
-    return json.dumps({**record, "mac": mac}, sort_keys=True, separators=(",", ":"))
+    """One JSON line: the record plus its MAC (appended to the canonical form, so the record is
+    serialised once: this runs twice per collective in every rank)."""
+    body = _canonical(record)
+    mac = _mac(key, body)
+    return (body[:-1].decode() + ("," if len(body) > 2 else "") + f'"mac":"{mac}"}}') if "mac" not in record \
+        else json.dumps({**record, "mac": mac}, sort_keys=True, separators=(",", ":"))
 
 
 class RecordWriter:
@@ -115,8 +147,7 @@ def read_records(path: Path, key: str | None) -> Records:
             continue
         mac = rec.pop("mac")
         if key is not None:
-            want = hmac.new(key.encode(), _canonical(rec), hashlib.sha256).hexdigest()[:32]
-            if not hmac.compare_digest(want, str(mac)):
+            if not hmac.compare_digest(mac_of(rec, key), str(mac)):
                 out.forged += 1
                 continue
         attempt = _attempt(rec)

@@ -2,7 +2,9 @@
 
 Each rank's bootstrap registered faulthandler on SIGUSR1, writing all threads' stacks to its own
 ``stacks.txt``. We note each file's size, signal the ranks, wait for the dumps, and combine them
-with the last collective each rank entered (from its trace) into ``hang.json`` and ``hang.txt``.
+with the collectives each rank issued and never saw complete (from its trace) and with when the
+parent last saw it use CPU, into ``hang.json`` and ``hang.txt``: which ranks waited in which
+collective, and which rank was still working meanwhile.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ STACK_WAIT_S = 4.0
 
 
 def collect_hang(run_dir: Path, monitor: Monitor, script: Path) -> dict[str, Any]:
+    """Ask every live rank for its stacks and write the report. The trace is read unverified: the
+    report must not wait for the key, and the grader re-reads everything verified afterwards."""
     detected_at = time.time()
     snap = monitor.snapshot(detected_at)
     pids = monitor.live_pids()
@@ -55,8 +59,14 @@ def collect_hang(run_dir: Path, monitor: Monitor, script: Path) -> dict[str, Any
             "last_step": prog.steps,
             "blocked_at": site,
             "in_script": bool(site and site.startswith(script_dir)),
-            "pending_collective": _collective(pending),
+            "state": _state(prog.exited, pending),
+            "pending_collective": _collective(pending, detected_at),
+            "pending_collectives": [_collective(c, detected_at) for c in obs.pending_collectives[-8:]],
             "last_collective": _collective(obs.last_collective),
+            # Seconds before detection: the parent's own observations of this rank.
+            "busy_s_ago": _ago(prog.busy_until, detected_at),
+            "last_record_s_ago": _ago(prog.last_record_at, detected_at),
+            "cpu_fraction": None if prog.cpu_fraction is None else round(prog.cpu_fraction, 4),
             "frames": parsed["frames"][:12],
         }
         ranks.append(entry)
@@ -71,7 +81,10 @@ def collect_hang(run_dir: Path, monitor: Monitor, script: Path) -> dict[str, Any
         "last_progress_at": round(monitor.last_progress, 3),
         "detected_at": round(detected_at, 3),
         "written_at": round(time.time(), 3),
+        "last_progress_by": monitor.progress_by,
+        "busy_fraction": monitor.liveness.busy_fraction,
         "ranks": ranks,
+        "story": story(ranks),
     }
     rundir.atomic_write_json(run_dir / "hang.json", report)
     rundir.atomic_write_text(run_dir / "hang.txt", format_hang(report))
@@ -90,10 +103,45 @@ def _read_from(path: Path, offset: int) -> str:
         return f.read()
 
 
-def _collective(rec: dict[str, Any] | None) -> dict[str, Any] | None:
+def _collective(rec: dict[str, Any] | None, now: float | None = None) -> dict[str, Any] | None:
     if not rec:
         return None
-    return {k: rec.get(k) for k in ("op", "seq", "site", "shapes", "dtype", "step")}
+    out = {k: rec.get(k) for k in ("op", "seq", "site", "api", "by", "shapes", "dtype", "step")}
+    if now is not None and isinstance(rec.get("t"), (int, float)):
+        out["waiting_s"] = round(max(now - rec["t"], 0.0), 2)
+    if rec.get("error"):
+        out["error"] = rec["error"]
+    return out
+
+
+def _ago(t: float | None, now: float) -> float | None:
+    return None if t is None else round(max(now - t, 0.0), 2)
+
+
+def _state(exited: bool, pending: dict[str, Any] | None) -> str:
+    if exited:
+        return "exited"
+    return "waiting in a collective" if pending and not pending.get("error") else "stopped"
+
+
+def story(ranks: list[dict[str, Any]]) -> list[str]:
+    """Which ranks waited in which collective while which rank was still working: a rank counts
+    as working after another began to wait when its CPU was busy later than that wait began."""
+    out = []
+    waiting = sorted((r for r in ranks if r["state"] == "waiting in a collective"
+                      and r["pending_collective"].get("waiting_s") is not None),
+                     key=lambda r: -r["pending_collective"]["waiting_s"])
+    for w in waiting:
+        pc = w["pending_collective"]
+        workers = [r for r in ranks if r["rank"] != w["rank"] and r.get("busy_s_ago") is not None
+                   and r["busy_s_ago"] + 1.0 < pc["waiting_s"]]
+        if not workers:
+            continue
+        who = ", ".join(f"rank {r['rank']} (busy until {r['busy_s_ago']:.1f} s before detection)"
+                        for r in workers)
+        out.append(f"rank {w['rank']} was waiting in {pc['op']} #{pc['seq']} from {pc['waiting_s']:.1f} s "
+                   f"before detection while {who} was still working")
+    return out
 
 
 def format_hang(report: dict[str, Any]) -> str:
@@ -104,6 +152,10 @@ def format_hang(report: dict[str, Any]) -> str:
         head = (f"No rank made progress for {report['since_progress_s']:.1f} s "
                 f"(hang timeout {report['hang_timeout_s']:.0f} s")
     lines = [f"{head}, attempt {report['attempt']})."]
+    if "busy_fraction" in report:
+        lines.append(f"Progress is a new record from any rank, or a rank using at least "
+                     f"{report['busy_fraction']:.0%} of a core (read from /proc); last progress: "
+                     f"{report.get('last_progress_by', 'start')}.")
     if not report["ranks"]:
         lines.append("No rank has started: the launcher is still in rendezvous or start-up (see launcher.log).")
     for r in report["ranks"]:
@@ -116,8 +168,17 @@ def format_hang(report: dict[str, Any]) -> str:
         lines.append(f"rank {r['rank']}: last completed step {r['last_step']}; blocked at {where}")
         pc = r["pending_collective"]
         if pc:
-            lines.append(f"    inside {pc['op']} #{pc['seq']} called at {pc['site']}")
+            since = f" for {pc['waiting_s']:.1f} s" if pc.get("waiting_s") is not None else ""
+            lines.append(f"    waiting in {pc['op']} #{pc['seq']} called at {pc['site']}{since}")
+            others = [c for c in r.get("pending_collectives", []) if c["seq"] != pc["seq"]]
+            if others:
+                lines.append("    also issued and not completed: " + ", ".join(
+                    f"{c['op']} #{c['seq']} at {c['site']}" for c in others[-3:]))
         elif r["last_collective"]:
             lc = r["last_collective"]
             lines.append(f"    last collective: {lc['op']} #{lc['seq']} at {lc['site']}")
+        if "busy_s_ago" in r:
+            lines.append("    last seen using CPU " + (f"{r['busy_s_ago']:.1f} s before detection"
+                                                      if r["busy_s_ago"] is not None else "never"))
+    lines += report.get("story", [])
     return "\n".join(lines) + "\n"

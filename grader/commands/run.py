@@ -33,6 +33,9 @@ from harness.phases import read_run as read_profile
               help=f"Allowance before the first step (default {defaults.STARTUP_TIMEOUT_S:g}).")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Wall-clock limit for the whole job.")
+@click.option("--pg-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Process-group timeout (s) to supply where the script's init_process_group gives none "
+                   "(default: none supplied, torch's own applies: 30 min on gloo and NCCL).")
 @click.option("--run-dir", type=click.Path(path_type=Path), default=None,
               help="Where to write the run's artifacts (default runs/<name>-<time>, in a practice workspace's root "
                    "when run inside one).")
@@ -41,16 +44,19 @@ from harness.phases import read_run as read_profile
 @click.option("--profile", is_flag=True,
               help="Time each step's phases per rank and write a torch.profiler trace per rank.")
 def command(target, script_args, nproc, nnodes, rdzv_endpoint, rdzv_id, max_restarts, device,
-            hang_timeout, startup_timeout, timeout, run_dir, as_json, tee, profile):
+            hang_timeout, startup_timeout, timeout, pg_timeout, run_dir, as_json, tee, profile):
     """Launch TARGET (a script path or an exercise slug) across ranks and observe every rank.
 
+    The script runs in the current directory, as under torchrun: its relative paths (config files,
+    data, its own checkpoints) are the caller's. Everything the harness writes goes to the run dir.
     Arguments after `--` go to the script. Inside a practice workspace TARGET may be left out: the
     workspace's script runs as the grader runs it (the exercise's world size, arguments and
     timeouts); naming that script does the same and lets arguments follow `--`.
     """
     cfg = _config_for(target, list(script_args), nproc=nproc, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint,
                       rdzv_id=rdzv_id, max_restarts=max_restarts, device=device, hang_timeout=hang_timeout,
-                      startup_timeout=startup_timeout, timeout=timeout, run_dir=run_dir, profile=profile)
+                      startup_timeout=startup_timeout, timeout=timeout, pg_timeout=pg_timeout, run_dir=run_dir,
+                      profile=profile)
     with console.live_progress(enabled=not (as_json or tee)) as on_progress:
         res = launch(cfg, on_progress=on_progress, tee=console.rank_line if tee else None)
     prof = read_profile(res.run_dir) if profile else None
@@ -94,9 +100,7 @@ def _config_for(target: str | None, script_args: list[str], **opts) -> LaunchCon
     cfg = LaunchConfig(script=script, script_args=script_args, **settings)
     if cfg.run_dir is None:
         cfg.run_dir = runs_under / default_run_dir(script)
-    cfg.cwd = Path(cfg.run_dir) / "work"  # the script's relative paths (checkpoints) stay in the run
-    cfg.cwd.mkdir(parents=True, exist_ok=True)
-    return cfg
+    return cfg  # cwd None: the script runs where trainwreck was started, as under torchrun
 
 
 def _practice_script(target: str | None) -> tuple[Path, dict, list[str], Path] | None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from harness.failure import find_failure, is_peer_loss, launcher_exit_codes
+from harness.failure import excerpt, find_failure, is_peer_loss, is_timeout, launcher_exit_codes
 from harness.observe import RankObservation
 
 PEER = "RuntimeError: [../gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:48310."
+TIMEOUT = ("torch.distributed.DistBackendError: [../gloo/transport/tcp/unbound_buffer.cc:81] Timed out "
+           "waiting 60000ms for recv operation to complete")
 OWN = 'Traceback (most recent call last):\n  File "/w/train.py", line 9, in <module>\nValueError: bad batch'
 
 
@@ -38,9 +40,14 @@ def test_launcher_exit_codes_reads_the_last_failure_block():
     (OWN, False),
     ("ValueError: Connection closed by peer appears in this message, but not on its last line\nKeyError: 3", False),
     (None, False),
+    (TIMEOUT, False),  # waited out the timeout: the peer may well be alive
 ])
 def test_is_peer_loss(error, lost):
     assert is_peer_loss(error) is lost
+
+
+def test_is_timeout():
+    assert is_timeout(TIMEOUT) and not is_timeout(PEER) and not is_timeout(OWN) and not is_timeout(None)
 
 
 def obs(rank, status=None, error=None, t=None, fault=False, steps=5):
@@ -65,6 +72,9 @@ def obs(rank, status=None, error=None, t=None, fault=False, steps=5):
     ([obs(0), obs(1, "exception", PEER, t=1.0)], launcher_log((0, -15), (1, 1), root=1), 1, "lost a peer"),
     # os._exit(3): no record, a positive code
     ([obs(0), obs(1, "ok", t=1.0)], launcher_log((0, 3)), 0, "exited with code 3 without an exit record"),
+    # rank 1 timed out waiting while rank 0 (evaluating) was alive and later lost it: not "lost a peer"
+    ([obs(0, "exception", PEER, t=70.0), obs(1, "exception", TIMEOUT, t=63.0)], launcher_log((0, 1), (1, 1), root=0),
+     1, "timed out in a collective"),
     # only SIGTERMed ranks and no other clue: the launcher's root cause
     ([obs(0), obs(1)], launcher_log((0, -15), (1, -15), root=1), 1, "first failure reported by the launcher (exit code -15)"),
 ])
@@ -103,3 +113,32 @@ def test_killed_rank_error_says_how_it_ended(tmp_path):
     (rdir / "stderr.log").write_text("=== attempt 0 (pid 11) ===\nsome warning\n")
     f = find_failure(tmp_path, [obs(0), obs(1, steps=7)])
     assert f["error"].endswith("some warning\n(no Python traceback: the process died of signal 9 after optimizer step 7)")
+
+
+LONG = """Traceback (most recent call last):
+  File "/w/train.py", line 40, in <module>
+    main()
+  File "/w/train.py", line 31, in main
+    loss = model(x)
+""" + "".join(f"""  File "/x/site-packages/torch/nn/modules/module.py", line {i}, in _call_impl
+    return forward_call(*args, **kwargs)
+""" for i in range(1700, 1712)) + """  File "/w/model.py", line 12, in forward
+    return self.net(x) @ self.w
+""" + "".join(f"""  File "/x/site-packages/torch/nn/modules/linear.py", line {i}, in forward
+    return F.linear(input, self.weight, self.bias)
+""" for i in range(120, 124)) + "RuntimeError: mat1 and mat2 shapes cannot be multiplied (8x16 and 32x1)"
+
+
+def test_excerpt_keeps_the_scripts_frames_and_cuts_library_ones():
+    out = excerpt(LONG).splitlines()
+    assert out[0] == "Traceback (most recent call last):"
+    mine = [line for line in out if line.startswith('  File "/w/')]
+    assert mine == ['  File "/w/train.py", line 40, in <module>', '  File "/w/train.py", line 31, in main',
+                    '  File "/w/model.py", line 12, in forward']
+    assert out[-1].startswith("RuntimeError: mat1 and mat2")
+    assert any(line.startswith("  ... (") and "library frames" in line for line in out)
+    assert len(out) <= 20 < len(LONG.splitlines())
+
+
+def test_excerpt_of_a_short_traceback_is_the_traceback():
+    assert excerpt(OWN) == OWN

@@ -1,6 +1,6 @@
 """Live progress from a run dir being written: the display's rates, ranks that die without an exit
-record, restarts, and when the watchdog calls a job hung. Hand-written records, no processes
-launched: time is passed in, so nothing here depends on the machine's speed."""
+record, restarts, and when the watchdog calls a job hung. Hand-written records and scripted CPU
+readings, no processes launched: time is passed in, so nothing here depends on the machine's speed."""
 
 from __future__ import annotations
 
@@ -39,9 +39,21 @@ class Ranks:
             self.write(rank, "step", attempt, step=s, rss_mb=100.0 + s, dt=0.01)
 
 
+class Cpu:
+    """Scripted CPU readings: ``fractions[rank]`` is what every later sample of that rank reads."""
+
+    busy_fraction = 0.1
+
+    def __init__(self):
+        self.fractions: dict[int, float] = {}
+
+    def sample(self, pids, now):
+        return {r: self.fractions.get(r, 0.0) for r in pids}
+
+
 @pytest.fixture
 def job(tmp_path):
-    return Monitor(tmp_path, startup_timeout=60, hang_timeout=10), Ranks(tmp_path)
+    return Monitor(tmp_path, startup_timeout=60, hang_timeout=10, key=KEY, liveness=Cpu()), Ranks(tmp_path)
 
 
 def test_steps_per_s_is_recent_and_falls_to_zero_when_a_rank_stalls(job):
@@ -89,16 +101,67 @@ def test_hang_timeout_applies_once_a_step_is_done(job):
     assert not mon.hung(t + 1 + 9.9) and mon.hung(t + 1 + 10.1)
 
 
-def test_any_record_is_progress(job, tmp_path):
+@pytest.mark.parametrize("stream", [rundir.COLLECTIVES, rundir.SAMPLES, rundir.SAVES, rundir.EVENTS])
+def test_any_signed_record_is_progress(job, tmp_path, stream):
     mon, ranks = job
     t = time.time()
     ranks.write(0, "start", pid=subprocess.os.getpid())
     ranks.steps(0, 1, 2)
     mon.poll(t)
-    with open(rundir.rank_dir(tmp_path, 0) / rundir.COLLECTIVES, "a") as f:  # e.g. an eval loop's all_reduce
+    with open(rundir.rank_dir(tmp_path, 0) / stream, "a") as f:  # e.g. an eval loop's all_reduce
         f.write(rundir.sign({"a": 0, "seq": 1, "ph": "enter"}, KEY) + "\n")
     mon.poll(t + 8)
-    assert not mon.hung(t + 8 + 9.9)
+    assert not mon.hung(t + 8 + 9.9) and mon.hung(t + 8 + 10.1)
+    assert mon.progress_by == "record (rank 0)"
+
+
+@pytest.mark.parametrize("junk", [
+    "not json at all\n",
+    '{"kind": "step", "attempt": 0, "step": 3}\n',  # plausible, unsigned
+    rundir.sign({"kind": "step", "attempt": 0, "step": 3}, "not-the-key") + "\n",
+    '{"a": 0, "seq": 9, "ph": "enter", "mac": "' + "0" * 32 + '"}\n',
+])
+@pytest.mark.parametrize("stream", [rundir.EVENTS, rundir.COLLECTIVES, rundir.SAMPLES])
+def test_lines_the_script_appends_are_not_progress(job, tmp_path, junk, stream):
+    mon, ranks = job
+    t = time.time()
+    ranks.write(0, "start", pid=subprocess.os.getpid())
+    ranks.steps(0, 1, 2)
+    mon.poll(t)
+    with open(rundir.rank_dir(tmp_path, 0) / stream, "a") as f:
+        f.write(junk)
+    mon.poll(t + 8)
+    assert mon.hung(t + 10.1) and mon.ranks[0].steps == 2
+    assert mon.feed.rejected == 1
+
+
+def test_a_rank_using_cpu_is_progress_and_an_idle_one_is_not(job):
+    """Rank 0 evaluates alone (CPU, no records) while rank 1 waits: not hung until rank 0 stops."""
+    mon, ranks = job
+    t = time.time()
+    for r in (0, 1):
+        ranks.write(r, "start", pid=subprocess.os.getpid())
+        ranks.steps(r, 1, 3)
+    mon.poll(t)
+    mon.liveness.fractions = {0: 0.95, 1: 0.002}  # measured idle gloo waits read 0-0.01
+    for dt in range(1, 30):
+        mon.poll(t + dt)
+        assert not mon.hung(t + dt)
+    assert mon.ranks[0].busy_until == t + 29 and mon.ranks[1].busy_until is None
+    assert mon.ranks[1].cpu_fraction == 0.002 and mon.progress_by == "CPU (rank 0)"
+    mon.liveness.fractions = {0: 0.05, 1: 0.0}  # below the threshold: waiting, not working
+    mon.poll(t + 30)
+    assert not mon.hung(t + 29 + 9.9) and mon.hung(t + 29 + 10.1)
+
+
+def test_cpu_counts_during_startup_too(job):
+    mon, ranks = job
+    t = time.time()
+    ranks.write(0, "boot", pid=subprocess.os.getpid())  # importing torch: seconds of CPU, no record
+    mon.poll(t)
+    mon.liveness.fractions = {0: 1.0}
+    mon.poll(t + 59)
+    assert not mon.hung(t + 61) and mon.hung(t + 59 + 60.1)
 
 
 def test_a_restart_gets_the_startup_allowance_again(job):
@@ -125,3 +188,22 @@ def test_a_rank_is_watched_from_its_boot_record_before_torch_is_imported(job):
     snap = mon.poll()
     assert snap.phase == "startup" and mon.live_pids() == {0: subprocess.os.getpid()}
     assert [r.exit_status for r in snap.ranks] == [None, "killed"]
+
+
+def test_feed_reads_every_event_but_only_the_newest_valid_record_of_other_streams(tmp_path):
+    from harness.progress import RunDirFeed
+
+    rdir = rundir.rank_dir(tmp_path, 0)
+    ledger = rundir.RecordWriter(rdir / rundir.SAMPLES, KEY)
+    events = rundir.RecordWriter(rdir / rundir.EVENTS, KEY)
+    for i in range(1000):
+        ledger.write({"a": 0, "ds": "train", "i": i, "s": 0})
+    for s in range(1, 4):
+        events.write({"kind": "step", "attempt": 0, "step": s})
+    with open(rdir / rundir.SAMPLES, "a") as f:
+        f.write("junk the script appended\n")
+    feed = RunDirFeed(tmp_path, KEY)
+    got = feed.poll()[0]
+    assert [r["step"] for r in got[rundir.EVENTS]] == [1, 2, 3]
+    assert [r["i"] for r in got[rundir.SAMPLES]] == [999]  # enough to know there was progress
+    assert feed.rejected == 1 and feed.poll() == {0: {}}  # nothing new

@@ -1,30 +1,36 @@
-"""The hang report as the user reads it (hang.txt)."""
+"""The hang report as the user reads it (hang.txt): where each rank is, which collective it waits
+in and for how long, when the parent last saw it use CPU, and who waited while who worked."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness.watchdog import format_hang
+from harness.watchdog import format_hang, story
 
 
-def report(phase, *ranks):
-    return {"since_progress_s": 15.3, "hang_timeout_s": 15.0, "startup_timeout_s": 120.0, "phase": phase,
-            "attempt": 0, "ranks": list(ranks)}
+def report(phase, *ranks, **extra):
+    rep = {"since_progress_s": 15.3, "hang_timeout_s": 15.0, "startup_timeout_s": 120.0, "phase": phase,
+           "attempt": 0, "ranks": list(ranks)}
+    rep.update(extra)
+    return rep
 
 
-def rank(r, exited=False, status=None, site="/w/train.py:19", pending=None, last=None, step=6):
+def rank(r, exited=False, status=None, site="/w/train.py:19", pending=None, last=None, step=6, **extra):
+    state = "exited" if exited else "waiting in a collective" if pending else "stopped"
     return {"rank": r, "exited": exited, "exit_status": status, "last_step": step, "blocked_at": site,
-            "pending_collective": pending, "last_collective": last}
+            "state": state, "pending_collective": pending, "pending_collectives": [pending] if pending else [],
+            "last_collective": last, **extra}
 
 
 BARRIER = {"op": "barrier", "seq": 4, "site": "/w/train.py:19"}
+ALL_REDUCE = {"op": "all_reduce", "seq": 5, "site": "/w/train.py:17", "waiting_s": 40.0}
 
 
 @pytest.mark.parametrize("rep, lines", [
     (report("running", rank(0, pending=BARRIER), rank(1, site=None, last=BARRIER, step=7)), [
         "No rank made progress for 15.3 s (hang timeout 15 s, attempt 0).",
         "rank 0: last completed step 6; blocked at /w/train.py:19",
-        "    inside barrier #4 called at /w/train.py:19",
+        "    waiting in barrier #4 called at /w/train.py:19",
         "rank 1: last completed step 7; blocked at unknown (no stack dump)",
         "    last collective: barrier #4 at /w/train.py:19",
     ]),
@@ -41,6 +47,41 @@ BARRIER = {"op": "barrier", "seq": 4, "site": "/w/train.py:19"}
         "No optimizer step yet, and no rank made progress for 15.3 s (start-up allowance 120 s, attempt 0).",
         "No rank has started: the launcher is still in rendezvous or start-up (see launcher.log).",
     ]),
+    # with the parent's CPU readings: rank 1 waited 40 s while rank 0 worked until 16 s ago
+    (report("running",
+            rank(0, pending={**BARRIER, "waiting_s": 15.5}, busy_s_ago=16.0),
+            rank(1, site="/w/train.py:17", pending=ALL_REDUCE, step=7, busy_s_ago=41.0),
+            busy_fraction=0.1, last_progress_by="CPU (rank 0)",
+            story=["rank 1 was waiting in all_reduce #5 from 40.0 s before detection while rank 0 "
+                   "(busy until 16.0 s before detection) was still working"]), [
+        "No rank made progress for 15.3 s (hang timeout 15 s, attempt 0).",
+        "Progress is a new record from any rank, or a rank using at least 10% of a core (read from /proc); "
+        "last progress: CPU (rank 0).",
+        "rank 0: last completed step 6; blocked at /w/train.py:19",
+        "    waiting in barrier #4 called at /w/train.py:19 for 15.5 s",
+        "    last seen using CPU 16.0 s before detection",
+        "rank 1: last completed step 7; blocked at /w/train.py:17",
+        "    waiting in all_reduce #5 called at /w/train.py:17 for 40.0 s",
+        "    last seen using CPU 41.0 s before detection",
+        "rank 1 was waiting in all_reduce #5 from 40.0 s before detection while rank 0 (busy until "
+        "16.0 s before detection) was still working",
+    ]),
 ])
 def test_format_hang(rep, lines):
     assert format_hang(rep).splitlines() == lines
+
+
+@pytest.mark.parametrize("ranks, says", [
+    # rank 0 computed (evaluated) long after rank 1 began to wait: named as the one still working
+    ([rank(0, pending={**BARRIER, "waiting_s": 6.0}, busy_s_ago=6.5),
+      rank(1, pending=ALL_REDUCE, busy_s_ago=41.0)],
+     ["rank 1 was waiting in all_reduce #5 from 40.0 s before detection while rank 0 (busy until 6.5 s "
+      "before detection) was still working"]),
+    # both stopped working when they began to wait (within a second): nobody worked while another waited
+    ([rank(0, pending={**BARRIER, "waiting_s": 6.0}, busy_s_ago=6.2),
+      rank(1, pending={**ALL_REDUCE, "waiting_s": 6.1}, busy_s_ago=6.3)], []),
+    # never seen busy, or exited: no claim
+    ([rank(0, exited=True, busy_s_ago=None), rank(1, pending=ALL_REDUCE, busy_s_ago=None)], []),
+])
+def test_story_says_who_waited_while_who_worked(ranks, says):
+    assert story(ranks) == says

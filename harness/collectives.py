@@ -1,0 +1,295 @@
+"""The collective trace, taken where every API meets: torch's ``c10d::`` dispatcher operators.
+
+``dist.all_reduce`` and every other ``torch.distributed`` function, the object collectives, the
+coalesced variants, DDP's C++ bucket all-reduces, FSDP2's all-gathers and reduce-scatters, and the
+functional collectives under DTensor all end in ``ProcessGroup::<op>`` in C++, which calls its
+``c10d::<op>`` operator through the dispatcher. We register a Python kernel for each of those
+operators at the ``BackendSelect`` key (in every dispatch, device-agnostic, and not excluded below
+autograd, where the functional collectives' kernels run) that records the call and redispatches to
+the backend's kernel. Nothing is wrapped by name, so a new Python entry point is seen too.
+
+What the trace cannot see: collectives that bypass ``ProcessGroup`` (a backend object called
+directly from C++, NCCL calls made by a custom kernel, ``monitored_barrier``'s inner exchanges).
+
+An operator returns as soon as the backend has queued the work; the collective is done when its
+``Work`` completes. So an ``enter`` record is written at the call, and ``exit`` (or ``error``) when
+the rank is seen past it: when a ``Work.wait()`` on it returns (every synchronous
+``torch.distributed`` call waits so), else when a check of the works still open finds it completed
+(``Work.is_completed()``, at each new collective, after each functional-collective wait, at each
+optimizer step and at the rank's exit), so an ``exit`` can be later than the completion, never
+earlier. A collective with an ``enter`` and no ``exit`` was pending: issued, and not seen complete.
+On NCCL, ``wait()`` returns once the stream waits for the work, so there ``exit`` means that (not
+tried here: no GPU machine).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from harness import rundir
+
+# c10d operator -> the torch.distributed name a user knows it by (the ProcessGroup method behind it).
+OPS = {
+    "allreduce_": "all_reduce", "allreduce_coalesced_": "all_reduce_coalesced",
+    "broadcast_": "broadcast", "reduce_": "reduce",
+    "allgather_": "all_gather", "_allgather_base_": "all_gather_single",
+    "allgather_coalesced_": "all_gather_coalesced",
+    "allgather_into_tensor_coalesced_": "all_gather_single_coalesced",
+    "reduce_scatter_": "reduce_scatter", "_reduce_scatter_base_": "reduce_scatter_single",
+    "reduce_scatter_tensor_coalesced_": "reduce_scatter_single_coalesced",
+    "alltoall_": "all_to_all", "alltoall_base_": "all_to_all_single",
+    "gather_": "gather", "scatter_": "scatter", "barrier": "barrier",
+    "monitored_barrier_": "monitored_barrier", "send": "send", "recv_": "recv",
+    "recv_any_source_": "recv_any_source",
+}
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_TORCH = os.path.dirname(os.path.abspath(torch.__file__))
+_C10D = os.path.join(_TORCH, "distributed", "distributed_c10d.py")
+_FUNCOL = os.path.join(_TORCH, "distributed", "_functional_collectives.py")
+# Which part of torch issued a collective, from the frames between the script and the operator.
+_BY = (("distributed/fsdp/", "fsdp"), ("distributed/tensor/", "dtensor"),
+       ("nn/parallel/distributed.py", "ddp"), ("autograd/", "backward"))
+_AFTER_BACKEND_SELECT = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.BackendSelect)
+
+_lib: Any = None  # the torch.library registrations: alive as long as the process
+_wait_lib: Any = None
+
+
+def is_library(fn: str) -> bool:
+    return (fn.startswith(_TORCH + os.sep) or fn.startswith(_HERE + os.sep) or fn.startswith("<")
+            or ("/lib/python3" in fn and "site-packages" not in fn))
+
+
+def user_site(frame) -> str | None:
+    """``file:line`` of the innermost frame outside torch, the harness and the stdlib."""
+    f = frame
+    while f is not None:
+        if not is_library(f.f_code.co_filename):
+            return f"{f.f_code.co_filename}:{f.f_lineno}"
+        f = f.f_back
+    return None
+
+
+def _caller(frame) -> tuple[str | None, str | None, str | None]:
+    """(site, api, by): the script's line, the torch.distributed function that issued the operator
+    (None when C++ did, as DDP's reducer does during backward), and which part of torch was between
+    (``fsdp``, ``dtensor``, ``ddp``, or ``backward`` for C++ hooks in the autograd engine)."""
+    api, site, seen = None, None, set()
+    f = frame
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not is_library(fn):
+            site = f"{fn}:{f.f_lineno}"
+            break
+        name = f.f_code.co_name
+        if fn == _C10D and not name.startswith("_") and name != "wrapper":
+            api = name  # keep walking: the outermost public one (all_gather_object over all_gather)
+        elif fn == _FUNCOL and not name.startswith("_"):
+            api = f"funcol.{name}"
+        seen.update(label for frag, label in _BY if frag in fn)
+        f = f.f_back
+    by = next((label for _, label in _BY if label in seen), None)
+    if by == "backward" and api is not None:  # a Python hook's own call: the api says it all
+        by = None
+    return site, api, by
+
+
+def _describe(args) -> tuple[list, str | None]:
+    shapes, dtype = [], None
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            shapes.append(list(a.shape))
+            dtype = dtype or str(a.dtype).replace("torch.", "")
+        elif isinstance(a, (list, tuple)) and a:
+            flat = [t for x in a[:4] for t in (x if isinstance(x, (list, tuple)) else [x])]
+            ts = [t for t in flat if isinstance(t, torch.Tensor)]
+            if ts:
+                shapes.append([list(t.shape) for t in ts[:4]])
+                dtype = dtype or str(ts[0].dtype).replace("torch.", "")
+        if len(shapes) >= 2:
+            break
+    return shapes, dtype
+
+
+class Tracer:
+    """Writes one rank's collective records; thread-safe (futures complete on backend threads)."""
+
+    def __init__(self, writer: rundir.RecordWriter, attempt: int, step: Callable[[], int]):
+        self._w = writer
+        self._attempt = attempt
+        self._step = step
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._pending: dict[int, tuple[int, Any]] = {}  # id(Work) -> (seq, Work) until it completes
+        self._main = threading.main_thread().ident
+        # Called around issuing an operator and around Work.wait (the --profile "sync" phase).
+        self.listeners: list[tuple[Callable[[], None], Callable[[], None]]] = []
+
+    # -- records ---------------------------------------------------------------------------
+    def _write(self, rec: dict[str, Any]) -> None:
+        self._w.write({"a": self._attempt, **rec, "t": time.time()})
+
+    def issue(self, op: str, args: tuple, kwargs: dict, async_op: bool | None) -> int:
+        self.sweep()
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
+        on_main = threading.get_ident() == self._main
+        site, api, by = _caller(sys._getframe(1).f_back)  # the kernel's caller
+        if site is None and not on_main:  # an autograd device thread: the script is on the main thread
+            main = sys._current_frames().get(self._main)
+            site = user_site(main) if main is not None else None
+        shapes, dtype = _describe((*args, *kwargs.values()))
+        rec = {"seq": seq, "op": op, "ph": "enter", "site": site, "api": api, "by": by,
+               "shapes": shapes, "dtype": dtype, "step": self._step(), "main": on_main}
+        if async_op is not None:
+            rec["async"] = async_op
+        self._write(rec)
+        return seq
+
+    def track(self, seq: int, work) -> None:
+        """Record ``seq``'s completion when ``work`` completes."""
+        if work is None:
+            self._done(seq)
+            return
+        try:
+            work = dist.Work.unbox(work)
+        except Exception:  # already a Python Work, or a backend that returns none
+            pass
+        # No callback on the work's future: it runs on the backend's thread, which would then wait
+        # for the GIL before the work counts as complete, and every collective would pay two thread
+        # hand-offs (measured: ~0.4 ms per all_reduce on this machine). The id is safe as a key:
+        # the work stays in _pending until it is seen complete.
+        with self._lock:
+            self._pending[id(work)] = (seq, work)
+
+    def finished(self, work, error: BaseException | None = None) -> None:
+        self._finish(id(work), error, work)
+
+    def _finish(self, key: int, error: BaseException | None = None, work=None) -> None:
+        with self._lock:
+            entry = self._pending.get(key)
+            if entry is None or (work is not None and entry[1] is not work):
+                return
+            del self._pending[key]
+        self._done(entry[0], error)
+
+    def _done(self, seq: int, error: BaseException | None = None) -> None:
+        if error is None:
+            self._write({"seq": seq, "ph": "exit"})
+        else:
+            self._write({"seq": seq, "ph": "error", "err": f"{type(error).__name__}: {str(error)[-300:]}"})
+
+    def sweep(self) -> None:
+        """Record the completion of works that have no future and were never waited on."""
+        with self._lock:
+            entries = list(self._pending.values())
+        for _seq, work in entries:
+            try:
+                done = work.is_completed()
+            except Exception:
+                continue
+            if done:
+                err = None
+                try:
+                    ok = work.is_success()
+                except Exception:  # is_success is deprecated on some backends: trust is_completed
+                    ok = True
+                if not ok:
+                    err = RuntimeError("the work completed without success")
+                self.finished(work, err)
+
+    # -- sync timing -------------------------------------------------------------------------
+    def enter_sync(self) -> None:
+        for enter, _ in self.listeners:
+            enter()
+
+    def exit_sync(self) -> None:
+        for _, leave in self.listeners:
+            leave()
+
+
+def _kernel(tracer: Tracer, name: str, opov):
+    op = OPS[name]
+    schema_args = [a.name for a in opov._schema.arguments]
+    async_at = schema_args.index("async_op") if "async_op" in schema_args else None
+
+    def kernel(keyset, *args, **kwargs):
+        if keyset.has(torch._C.DispatchKey.Meta):  # shape propagation, not a collective
+            return opov.redispatch(keyset & _AFTER_BACKEND_SELECT, *args, **kwargs)
+        async_op = None
+        if async_at is not None:
+            async_op = bool(kwargs["async_op"] if "async_op" in kwargs
+                            else args[async_at] if len(args) > async_at else True)
+        seq = tracer.issue(op, args, kwargs, async_op)
+        tracer.enter_sync()
+        try:
+            out = opov.redispatch(keyset & _AFTER_BACKEND_SELECT, *args, **kwargs)
+        except BaseException as e:
+            tracer._done(seq, e)
+            raise
+        finally:
+            tracer.exit_sync()
+        tracer.track(seq, out[-1] if isinstance(out, tuple) else out)
+        return out
+
+    return kernel
+
+
+def install(writer: rundir.RecordWriter, attempt: int, step: Callable[[], int]) -> Tracer:
+    global _lib
+    tracer = Tracer(writer, attempt, step)
+    _lib = torch.library.Library("c10d", "IMPL")
+    for name in OPS:
+        packet = getattr(torch.ops.c10d, name, None)
+        if packet is None:  # an operator this torch does not have
+            continue
+        _lib.impl(name, _kernel(tracer, name, packet.default), "BackendSelect", with_keyset=True)
+
+    # Waiting for a work: the end of a collective for works without a future, and "sync" time.
+    orig_wait = dist.Work.wait
+
+    def wait(self, *args, **kwargs):
+        tracer.enter_sync()
+        try:
+            out = orig_wait(self, *args, **kwargs)
+        except BaseException as e:
+            tracer.finished(self, e)
+            raise
+        finally:
+            tracer.exit_sync()
+        tracer.finished(self)
+        return out
+
+    dist.Work.wait = wait
+    _after_wait_tensor(tracer)
+    return tracer
+
+
+def _after_wait_tensor(tracer: Tracer) -> None:
+    """The functional collectives (DTensor) wait in C++ (``_c10d_functional::wait_tensor``), never
+    through a Python ``Work.wait``: look at the open works once such a wait returns. Timed as sync."""
+    global _wait_lib
+    packet = getattr(torch.ops._c10d_functional, "wait_tensor", None)
+    if packet is None:
+        return
+    opov = packet.default
+
+    def kernel(keyset, *args, **kwargs):
+        tracer.enter_sync()
+        try:
+            return opov.redispatch(keyset & _AFTER_BACKEND_SELECT, *args, **kwargs)
+        finally:
+            tracer.exit_sync()
+            tracer.sweep()
+
+    _wait_lib = torch.library.Library("_c10d_functional", "IMPL")
+    _wait_lib.impl("wait_tensor", kernel, "BackendSelect", with_keyset=True)
