@@ -50,12 +50,13 @@ def active() -> bool:
 
 
 def connect(mode: str, name: str = "", size: int = 0, dropped: int = 0,
-            timeout_s: float = SEND_TIMEOUT_S) -> socket.socket:
+            timeout_s: float | None = None) -> socket.socket:
     """A blocking socket to the parent, hello sent, with a kernel send timeout (``SO_SNDTIMEO``,
     not Python's timeout: that would make the socket non-blocking, and fds 1 and 2 with it)."""
     path = socket_path()
     if path is None:
         raise OSError(f"{CHANNEL_ENV} is not set: not running under a sandboxed launch")
+    timeout_s = SEND_TIMEOUT_S if timeout_s is None else timeout_s
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sec = int(timeout_s)

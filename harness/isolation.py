@@ -10,7 +10,8 @@ What it writes in the run dir, all of it by the parent:
 - ``launcher.log``: the elastic launcher's output, through a pipe, capped like a rank's log;
 - ``channel.json``: what the channel received, dropped and refused;
 - ``sandbox.json``: the policy the run had, the limits, every limit it went past, the processes that
-  left the launcher's tree (ended on sight), and ``isolated: true``.
+  left the launcher's tree (ended on sight), what was removed from the work dir before anything
+  reads it (FIFOs, sockets, symlinks out of it: ``harness.sandbox.seal``), and ``isolated: true``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from harness import rundir
 from harness.channel_server import ChannelServer, ServerLimits
 from harness.limits import MB, Limits, LimitGuard, Violation
 from harness.procwatch import ProcWatch, cmdline
-from harness.sandbox import SandboxError, SandboxPolicy, Wrapped, build, prepare_writable, probe
+from harness.sandbox import SandboxError, SandboxPolicy, Wrapped, build, prepare_writable, probe, seal
 
 PROC_SAMPLES = "proc.jsonl"
 SANDBOX_FILE = "sandbox.json"
@@ -183,6 +184,8 @@ class IsolatedRun:
         if self.watch is not None and self.watch.duplicates:
             chan.setdefault("tampering", []).append(
                 f"{len(self.watch.duplicates)} process(es) started as a rank and attempt already running")
+        sealed = seal(self.cfg.work_dir, os.geteuid() if self.policy and self.policy.run_uid() is not None
+                      else None)
         du = self.guard.last_disk
         summary = {
             "isolated": True,
@@ -196,6 +199,7 @@ class IsolatedRun:
             "peak": {str(r): v for r, v in sorted(self.peak.items())},
             "disk": {"bytes": du.bytes, "files": du.files} if du else None,
             "launcher_log_dropped": getattr(self, "_launcher_dropped", 0),
+            "removed": [{"path": p, "kind": k} for p, k in sealed.removed],
             "tampering": chan.get("tampering", []),
         }
         rundir.atomic_write_json(self.run_dir / SANDBOX_FILE, summary)

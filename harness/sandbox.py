@@ -151,7 +151,9 @@ def build(policy: SandboxPolicy, cmd: list[str], env: dict[str, str] | None = No
     if policy.gpu:
         mounts.gpu()
     cwd = (policy.cwd or (policy.writable[0] if policy.writable else Path("/tmp"))).resolve()
-    args += mounts.args + ["--chdir", str(cwd)]
+    # The sandbox's own root (a tmpfs holding the mount points) read-only too: in a user
+    # namespace its folders belong to the run, which could otherwise fill memory through them.
+    args += mounts.args + ["--remount-ro", "/", "--chdir", str(cwd)]
     limits = policy.limits
     shim_cfg = {
         "rlimits": {"RLIMIT_NPROC": limits.tasks, "RLIMIT_FSIZE": int(limits.file_mb * MB),
@@ -204,6 +206,56 @@ def prepare_writable(path: Path, uid: int | None) -> None:
                 os.lchown(name, uid, uid)
 
 
+@dataclass(frozen=True)
+class SealReport:
+    removed: list[tuple[str, str]]  # (path relative to the folder, what it was)
+    files: int
+    bytes: int
+
+
+def seal(folder: Path, owner: int | None = None) -> SealReport:
+    """After the run, before anything reads what it left: remove what a reader could trip on
+    (FIFOs, sockets, devices: an ``open`` that blocks; symlinks that leave the folder or dangle:
+    a read of something else), keep regular files, folders and symlinks to files inside. With
+    ``owner``, give everything back to that uid (the grader's, after a run as nobody). Only
+    ``lstat``, ``unlink`` and ``lchown``: nothing here opens a file the run made."""
+    import stat as st_
+
+    root = folder.resolve()
+    removed, files, size = [], 0, 0
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:
+                continue
+            kind = None
+            if st_.S_ISLNK(mode):
+                target = Path(os.path.realpath(path))
+                if not (_under(target, [root]) and target.is_file()):
+                    kind = "symlink out of the folder" if target.exists() else "dangling symlink"
+            elif st_.S_ISFIFO(mode):
+                kind = "fifo"
+            elif st_.S_ISSOCK(mode):
+                kind = "socket"
+            elif st_.S_ISCHR(mode) or st_.S_ISBLK(mode):
+                kind = "device"
+            elif st_.S_ISREG(mode):
+                files += 1
+                size += os.lstat(path).st_size
+            if kind:
+                os.unlink(path)
+                removed.append((str(path.relative_to(root)), kind))
+                if name in dirnames:
+                    dirnames.remove(name)  # a symlink to a folder: never walked into
+            elif owner is not None:
+                os.lchown(path, owner, owner)
+    if owner is not None:
+        os.lchown(root, owner, owner)
+    return SealReport(removed, files, size)
+
+
 # -- probe -------------------------------------------------------------------------------------
 
 NOT_INSTALLED = ("bubblewrap not installed: apt-get install bubblewrap, "
@@ -236,7 +288,8 @@ def probe() -> Probe:
         mounts.bind("--ro-bind", root)
     check = ("import os,socket;assert os.getpid()==2;"
              "assert [n for _,n in socket.if_nameindex()]==['lo'];print('ok')")
-    argv = [bwrap, *_namespaces(uid), "--die-with-parent", "--new-session", *mounts.args, "--",
+    argv = [bwrap, *_namespaces(uid), "--die-with-parent", "--new-session", *mounts.args,
+            "--remount-ro", "/", "--",
             str(Path(py.executable).resolve()), "-I", "-S", "-c", _SHIM,
             json.dumps({"rlimits": {}, "uid": uid, "gid": uid}),
             str(Path(py.executable).resolve()), "-I", "-S", "-c", check]
@@ -261,7 +314,9 @@ def _namespaces(uid: int | None) -> list[str]:
         # the shim drops to ``uid`` with the one capability pair kept for that, then has none.
         return ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
                 "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-    return ["--unshare-all", "--cap-drop", "ALL"]  # user, pid, net, ipc, uts, cgroup
+    # user, pid, net, ipc, uts, cgroup; no user namespace of its own inside (nested ones could not
+    # unlock our read-only mounts, but they are one more kernel surface nobody's training needs)
+    return ["--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
 
 
 class _Mounts:

@@ -55,7 +55,9 @@ def launcher_cmd(script: Path, args: list[str], nproc: int, boot: bool = True) -
 
 def run_sandboxed(tmp_path: Path, script: str | Path, *args: str, nproc: int = 2,
                   limits: Limits | None = None, timeout: float = 120.0, boot: bool = True,
-                  readable: list[Path] | None = None) -> SandboxedRun:
+                  readable: list[Path] | None = None, direct: bool = False) -> SandboxedRun:
+    """``direct``: run the script itself as the sandbox's first process, without the elastic
+    launcher (no torch: a fraction of a second), for what does not need ranks."""
     script = Path(script) if Path(script).is_absolute() else HOSTILE / script
     run_dir, work = tmp_path / "run", tmp_path / "run" / "work"
     key = rundir.new_key()
@@ -64,7 +66,8 @@ def run_sandboxed(tmp_path: Path, script: str | Path, *args: str, nproc: int = 2
     iso.prepare()
     env = {"TRAINWRECK_PG_TIMEOUT": "30", "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
            "PYTHONUNBUFFERED": "1", "TRAINWRECK_RUN_DIR": str(run_dir)}
-    wrapped = iso.wrap(launcher_cmd(script, list(args), nproc, boot), env)
+    cmd = [sys.executable, str(script), *args] if direct else launcher_cmd(script, list(args), nproc, boot)
+    wrapped = iso.wrap(cmd, env)
     out = iso.output_fd()
     t0 = time.time()
     proc = psutil.Popen(wrapped.argv, env=wrapped.env, stdout=out, stderr=subprocess.STDOUT,
