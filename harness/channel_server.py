@@ -119,7 +119,7 @@ class ChannelServer:
         self.refused_examples: list[dict] = []
         self.bad_hellos = 0
         self._stop = threading.Event()
-        self._accepting = True
+        self._draining = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="trainwreck-channel", daemon=True)
 
     # -- life cycle ------------------------------------------------------------------------
@@ -128,12 +128,11 @@ class ChannelServer:
         return self
 
     def stop(self, drain_s: float = 5.0) -> dict:
-        """Stop accepting, read what is still in flight until every peer has closed (they have,
-        once the sandbox is gone) or ``drain_s`` passes, write ``channel.json``, remove the socket."""
-        self._accepting = False
-        deadline = time.monotonic() + drain_s
-        while self._conns and time.monotonic() < deadline and self._thread.is_alive():
-            time.sleep(0.02)
+        """Once the sandbox is gone: read what is still in flight or queued until every peer has
+        closed (they all have, with their processes) or ``drain_s`` passes, write ``channel.json``,
+        remove the socket."""
+        self._draining.set()  # the loop ends once nothing is open or queued to be accepted
+        self._thread.join(timeout=drain_s)
         self._stop.set()
         self._thread.join(timeout=5)
         for c in list(self._conns.values()):
@@ -183,11 +182,14 @@ class ChannelServer:
     # -- the loop --------------------------------------------------------------------------
     def _serve(self) -> None:
         while not self._stop.is_set():
-            for key, _ in self._sel.select(timeout=0.05):
+            events = self._sel.select(timeout=0.05)
+            for key, _ in events:
                 if key.data is None:
                     self._accept()
                 else:
                     self._read(key.data)
+            if not events and not self._conns and self._draining.is_set():
+                return
 
     def _accept(self) -> None:
         while True:
@@ -197,9 +199,6 @@ class ChannelServer:
                 return
             except OSError:
                 return
-            if not self._accepting:
-                sock.close()
-                continue
             pid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
                                                       struct.calcsize("3i")))[0]
             sock.setblocking(False)
