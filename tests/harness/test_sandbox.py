@@ -170,8 +170,10 @@ def test_writes_outside_the_work_dir_and_tmp_fail(tmp_path):
     out = json.loads((r.work_dir / "outcomes.json").read_text())
     assert r.status == "ok"
     written = {k for k, v in out.items() if v == "written"}
-    # the user site exists only in the run's own home, a tmpfs gone with the sandbox
-    assert written == {"work", "tmp", "user site"}, out
+    # The user site exists only in the run's own home, and (in a user namespace, where the run
+    # owns the folders bwrap makes for mount points) the run dir's path only in its private /tmp:
+    # tmpfs both, gone with the sandbox. The host's files are checked below.
+    assert {"work", "tmp"} <= written <= {"work", "tmp", "user site", "run dir"}, out
     assert hashlib.sha256(harness_init.read_bytes()).hexdigest() == before
     assert user_site.exists() == had_user_site
     for path in (REPO / "harness" / f"planted_{token}.py", Path(f"/etc/trainwreck-planted-{token}"),
