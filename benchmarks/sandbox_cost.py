@@ -46,6 +46,12 @@ def cpu_self() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def cpu_children() -> float:
+    """Every process of a launch, once reaped (each parent in the tree waits for its children)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def fixed_cost(rounds: int) -> None:
     py = str(Path(sys.executable).resolve())
     with tempfile.TemporaryDirectory() as tmp:
@@ -77,6 +83,7 @@ def job_cost(rounds: int) -> None:
     IsolatedRun.poll = timed_poll
     walls = {"outside": [], "inside": []}
     cpus = {"outside": [], "inside": []}
+    jobs = {"outside": [], "inside": []}
     order = []
     for i in range(rounds):
         order += ["outside", "inside"] if i % 2 == 0 else ["inside", "outside"]
@@ -85,7 +92,7 @@ def job_cost(rounds: int) -> None:
         for attempt in range(3):  # torchrun --standalone on gloo fails now and then: run again, say so
             with tempfile.TemporaryDirectory() as tmp:
                 tmp = Path(tmp)
-                c0, t0 = cpu_self(), time.perf_counter()
+                c0, j0, t0 = cpu_self(), cpu_children(), time.perf_counter()
                 if name == "outside":
                     res = launch(LaunchConfig(script=DDP, script_args=["--steps", "12"], nproc=2,
                                               run_dir=tmp / "run", cwd=tmp / "run" / "work"))
@@ -93,7 +100,7 @@ def job_cost(rounds: int) -> None:
                 else:
                     r = run_sandboxed(tmp, DDP, "--steps", "12")
                     status, why = r.status, r.launcher_log[-300:]
-                wall, cpu = time.perf_counter() - t0, cpu_self() - c0
+                wall, cpu, job = time.perf_counter() - t0, cpu_self() - c0, cpu_children() - j0
             if status == "ok":
                 break
             print(f"   {name}: a launch ended {status} ({why}); running it again", flush=True)
@@ -101,13 +108,18 @@ def job_cost(rounds: int) -> None:
             raise SystemExit(f"{name}: three launches in a row failed")
         walls[name].append(wall)
         cpus[name].append(cpu)
-        print(f"   {name}: {wall:.2f} s", flush=True)
+        jobs[name].append(job)
+        print(f"   {name}: {wall:.2f} s wall, job CPU {job:.2f} s, parent CPU {cpu:.2f} s, "
+              f"load {os.getloadavg()[0]:.1f}", flush=True)
     diffs = [b - a for a, b in zip(walls["outside"], walls["inside"])]
     print(f"2. honest 2-rank gloo DDP job, {rounds} interleaved rounds (load {load0:.1f} -> "
           f"{os.getloadavg()[0]:.1f}):\n"
           f"   wall median outside {statistics.median(walls['outside']):.2f} s, inside "
           f"{statistics.median(walls['inside']):.2f} s; per-round inside - outside: median "
           f"{statistics.median(diffs):+.2f} s (range {min(diffs):+.2f} .. {max(diffs):+.2f})\n"
+          f"   job CPU (every process of the launch) median: outside {statistics.median(jobs['outside']):.2f} s, "
+          f"inside {statistics.median(jobs['inside']):.2f} s; per-round median "
+          f"{statistics.median([b - a for a, b in zip(jobs['outside'], jobs['inside'])]):+.2f} s\n"
           f"   parent CPU per launch: outside {statistics.median(cpus['outside']):.2f} s, inside "
           f"{statistics.median(cpus['inside']):.2f} s; one outside look (IsolatedRun.poll): median "
           f"{statistics.median(polls) * 1e3:.1f} ms over {len(polls)} looks")

@@ -147,6 +147,17 @@ class RecordWriter:
         """The connection is the process's, shared by every writer; it closes at exit."""
 
 
+def open_writer(path: Path | str, key: str):
+    """The record writer for this process: over the channel under a sandboxed launch, else the
+    run dir's file writer. What instrument, saves and profiler call instead of
+    ``rundir.RecordWriter`` (docs/sandbox.md, "Wiring")."""
+    if active():
+        return RecordWriter(path, key)
+    from harness import rundir
+
+    return rundir.RecordWriter(Path(path), key)
+
+
 def dropped() -> int:
     """Records this process could not send on its current connection (0 when all went)."""
     return _sender.dropped

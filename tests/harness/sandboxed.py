@@ -75,6 +75,7 @@ def run_sandboxed(tmp_path: Path, script: str | Path, *args: str, nproc: int = 2
     iso.started(proc.pid)
     tree = ProcessTree(proc)
     status, violation, code = "failed", None, None
+    refreshed = 0.0
     try:
         while True:
             code = proc.poll()
@@ -88,7 +89,9 @@ def run_sandboxed(tmp_path: Path, script: str | Path, *args: str, nproc: int = 2
             if time.time() - t0 > timeout:
                 status = "timeout"
                 break
-            tree.refresh()
+            if time.time() - refreshed > 1.0:  # as launch does (TREE_REFRESH_S)
+                tree.refresh()
+                refreshed = time.time()
             try:
                 proc.wait(timeout=0.25)
             except psutil.TimeoutExpired:

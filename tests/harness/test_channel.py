@@ -277,3 +277,12 @@ def test_a_hostile_rank_cannot_pass_off_a_helper_as_a_rank(tmp_path):
     # in-process forging remains (docs/sandbox.md); it is flagged by nothing but its content.
     assert "note" in kinds and any(rec.get("forged") for rec in r.records(0).valid)
     assert_nothing_left(tmp_path)
+
+
+def test_open_writer_picks_the_channel_only_under_a_sandboxed_launch(tmp_path, monkeypatch):
+    monkeypatch.delenv(channel.CHANNEL_ENV, raising=False)
+    w = channel.open_writer(tmp_path / "ranks" / "0" / rundir.EVENTS, "k")
+    assert isinstance(w, rundir.RecordWriter)
+    w.close()
+    monkeypatch.setenv(channel.CHANNEL_ENV, str(tmp_path / "sock"))
+    assert isinstance(channel.open_writer(tmp_path / rundir.EVENTS, "k"), channel.RecordWriter)
