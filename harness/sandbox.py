@@ -138,8 +138,7 @@ def build(policy: SandboxPolicy, cmd: list[str], env: dict[str, str] | None = No
         mounts.tmpfs(home, "1777", policy.limits.tmp_mb)  # the user's files, dotfiles, user site: gone
     mounts.tmpfs(Path("/tmp"), "1777", policy.limits.tmp_mb)
     mounts.tmpfs(Path("/dev/shm"), "1777", policy.limits.shm_mb)
-    for root in policy.python.roots():
-        mounts.bind("--ro-bind", root)
+    mounts.python(policy.python)
     mounts.bind("--ro-bind", policy.kit_root.resolve() / "harness")
     # Outer folders first, so a folder inside another is mounted on top of it, not hidden by it.
     binds = {p.resolve(): "--ro-bind" for p in policy.readable}
@@ -284,8 +283,7 @@ def probe() -> Probe:
     uid = SANDBOX_UID if os.geteuid() == 0 else None
     mounts = _Mounts()
     mounts.system()
-    for root in py.roots():
-        mounts.bind("--ro-bind", root)
+    mounts.python(py)
     check = ("import os,socket;assert os.getpid()==2;"
              "assert [n for _,n in socket.if_nameindex()]==['lo'];print('ok')")
     argv = [bwrap, *_namespaces(uid), "--die-with-parent", "--new-session", *mounts.args,
@@ -357,6 +355,11 @@ class _Mounts:
         self.bind("--ro-bind", Path("/etc"))
         self.args += ["--proc", "/proc", "--dev", "/dev"]
         self._bound += [Path("/proc"), Path("/dev")]
+
+    def python(self, py: PythonInstall) -> None:
+        for root in py.roots():
+            if not _under(root, self._bound):  # a system Python is under /usr already
+                self.bind("--ro-bind", root)
 
     def gpu(self) -> None:
         for dev in sorted(Path("/dev").glob("nvidia*")):

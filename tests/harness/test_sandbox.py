@@ -51,13 +51,16 @@ def test_policy_shows_only_the_kits_harness_read_only(tmp_path):
     assert not any(p in ro or p in rw for p in (str(REPO), str(REPO / "solutions"), str(REPO / "grader"),
                                                 str(REPO / ".trainwreck"), str(REPO / "exercises")))
     assert list(rw) == [str((tmp_path / "work").resolve())]
-    assert str(Path(sys.base_prefix).resolve()) in ro  # the Python install, under the home dir here
+    base = Path(sys.base_prefix).resolve()  # the Python install (under the home dir here)
+    assert any(base == Path(p) or Path(p) in base.parents for p in ro)
     tmpfs = {argv[i + 1] for i, a in enumerate(argv) if a == "--tmpfs"}
     assert {str(Path.home().resolve()), "/tmp", "/dev/shm"} <= tmpfs
 
 
 @pytest.mark.parametrize("flag", ["--die-with-parent", "--new-session", "--cap-drop", "--remount-ro"])
 def test_policy_flags(tmp_path, flag):
+    """Without --cap-drop ALL a root grader's sandbox kept every capability, and
+    ``mount -o remount,rw,bind`` made the read-only kit writable from inside."""
     argv = build(policy(tmp_path), [sys.executable, "-c", "pass"]).argv
     assert flag in argv[: argv.index("--")]
 
@@ -181,6 +184,16 @@ def test_writes_outside_the_work_dir_and_tmp_fail(tmp_path):
                  HOSTILE / f"planted_{token}.py", r.run_dir / "run.json"):
         assert not path.exists(), path
     assert_nothing_left(tmp_path)
+
+
+@needs_bwrap
+def test_the_kit_cannot_be_remounted_writable(tmp_path):
+    before = (REPO / "harness" / "__init__.py").read_bytes()
+    r = run_sandboxed(tmp_path, "remount.py", str(REPO), direct=True)
+    out = json.loads((r.work_dir / "outcomes.json").read_text())
+    assert all(out[k] != "exit 0" for k in ("remount", "umount", "own userns")), out
+    assert out["write"].startswith(("OSError", "PermissionError")), out
+    assert (REPO / "harness" / "__init__.py").read_bytes() == before
 
 
 @needs_bwrap
