@@ -46,10 +46,38 @@ def cpu_self() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def cpu_children() -> float:
-    """Every process of a launch, once reaped (each parent in the tree waits for its children)."""
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
+class TreeCPU:
+    """CPU time of every process this one starts, sampled every 0.25 s while they live: rusage of
+    children does not reach us through bwrap (its init is reaped by the machine's pid 1 once the
+    outer bwrap has gone), so both sides are measured this way. Misses at most the last 0.25 s of
+    each process, alike for both."""
+
+    def __init__(self):
+        import threading
+
+        import psutil
+
+        self._psutil = psutil
+        self.seen: dict[tuple[int, float], float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        me = self._psutil.Process()
+        while not self._stop.wait(0.25):
+            for p in me.children(recursive=True):
+                try:
+                    with p.oneshot():
+                        key, c = (p.pid, p.create_time()), p.cpu_times()
+                    self.seen[key] = max(self.seen.get(key, 0.0), c.user + c.system)
+                except self._psutil.Error:
+                    continue
+
+    def total(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return sum(self.seen.values())
 
 
 def fixed_cost(rounds: int) -> None:
@@ -92,7 +120,7 @@ def job_cost(rounds: int) -> None:
         for attempt in range(3):  # torchrun --standalone on gloo fails now and then: run again, say so
             with tempfile.TemporaryDirectory() as tmp:
                 tmp = Path(tmp)
-                c0, j0, t0 = cpu_self(), cpu_children(), time.perf_counter()
+                c0, tree_cpu, t0 = cpu_self(), TreeCPU(), time.perf_counter()
                 if name == "outside":
                     res = launch(LaunchConfig(script=DDP, script_args=["--steps", "12"], nproc=2,
                                               run_dir=tmp / "run", cwd=tmp / "run" / "work"))
@@ -100,7 +128,7 @@ def job_cost(rounds: int) -> None:
                 else:
                     r = run_sandboxed(tmp, DDP, "--steps", "12")
                     status, why = r.status, r.launcher_log[-300:]
-                wall, cpu, job = time.perf_counter() - t0, cpu_self() - c0, cpu_children() - j0
+                wall, cpu, job = time.perf_counter() - t0, cpu_self() - c0, tree_cpu.total()
             if status == "ok":
                 break
             print(f"   {name}: a launch ended {status} ({why}); running it again", flush=True)
