@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 CHANNEL_ENV = "TRAINWRECK_CHANNEL"  # the socket's path as the rank sees it
+MOUNT = "/run/trainwreck"  # where the parent's channel folder appears in the sandbox
+SOCKET_NAME = "sock"
 VERSION = 1
 HELLO_MAX = 4096
 SEND_TIMEOUT_S = 10.0

@@ -31,14 +31,13 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from harness import rundir
-from harness.channel import HELLO_MAX, VERSION
+from harness.channel import HELLO_MAX, SOCKET_NAME, VERSION
 from harness.procwatch import cmdline
 
 RECORD_STREAMS = frozenset({rundir.EVENTS, rundir.COLLECTIVES, rundir.SAMPLES, rundir.SAVES, "profile.jsonl"})
 BYTE_STREAMS = frozenset({rundir.STDOUT, rundir.STDERR, rundir.STACKS})
 FILE_NAME = re.compile(r"^(final_params\.pt|trace\.a\d{1,4}\.pt\.trace\.json)$")
 STATS_FILE = "channel.json"
-SOCKET_NAME = "sock"
 READ_CHUNK = 1 << 16
 EXAMPLES = 10  # refused peers kept for the report
 

@@ -32,16 +32,19 @@ import importlib.util
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from harness.channel import CHANNEL_ENV
+from harness.channel import MOUNT as CHANNEL_MOUNT
+from harness.channel import SOCKET_NAME as CHANNEL_SOCKET
 from harness.limits import MB, Limits
 
 SANDBOX_UID = 65534  # "nobody": the run's uid when the grader is root
-CHANNEL_MOUNT = "/run/trainwreck"  # where the parent's channel folder appears inside
 KEY_ENV = "TRAINWRECK_KEY"
 # The environment the run keeps, by prefix or exact name; anything else of the grader's (tokens,
 # credentials, proxies, the user's PYTHON* settings) stays outside.
@@ -184,7 +187,7 @@ def sandbox_env(env: dict[str, str], policy: SandboxPolicy, home: Path) -> dict[
         "TP_SOCKET_IFNAME": "lo",
     }
     if policy.channel_dir is not None:
-        out["TRAINWRECK_CHANNEL"] = f"{CHANNEL_MOUNT}/{CHANNEL_SOCKET}"
+        out[CHANNEL_ENV] = f"{CHANNEL_MOUNT}/{CHANNEL_SOCKET}"
     for k, v in env.items():
         if (k in ENV_NAMES or k.startswith(ENV_PREFIXES)) and not k.endswith("SOCKET_IFNAME"):
             out[k] = v
@@ -192,8 +195,6 @@ def sandbox_env(env: dict[str, str], policy: SandboxPolicy, home: Path) -> dict[
         out["LD_LIBRARY_PATH"] = env["LD_LIBRARY_PATH"]
     return out
 
-
-CHANNEL_SOCKET = "sock"
 
 
 def prepare_writable(path: Path, uid: int | None) -> None:
@@ -218,8 +219,6 @@ def seal(folder: Path, owner: int | None = None) -> SealReport:
     a read of something else), keep regular files, folders and symlinks to files inside. With
     ``owner``, give everything back to that uid (the grader's, after a run as nobody). Only
     ``lstat``, ``unlink`` and ``lchown``: nothing here opens a file the run made."""
-    import stat as st_
-
     root = folder.resolve()
     removed, files, size = [], 0, 0
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
@@ -230,17 +229,17 @@ def seal(folder: Path, owner: int | None = None) -> SealReport:
             except OSError:
                 continue
             kind = None
-            if st_.S_ISLNK(mode):
+            if stat.S_ISLNK(mode):
                 target = Path(os.path.realpath(path))
                 if not (_under(target, [root]) and target.is_file()):
                     kind = "symlink out of the folder" if target.exists() else "dangling symlink"
-            elif st_.S_ISFIFO(mode):
+            elif stat.S_ISFIFO(mode):
                 kind = "fifo"
-            elif st_.S_ISSOCK(mode):
+            elif stat.S_ISSOCK(mode):
                 kind = "socket"
-            elif st_.S_ISCHR(mode) or st_.S_ISBLK(mode):
+            elif stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
                 kind = "device"
-            elif st_.S_ISREG(mode):
+            elif stat.S_ISREG(mode):
                 files += 1
                 size += os.lstat(path).st_size
             if kind:
