@@ -47,15 +47,16 @@ class SandboxedRun:
         return p.read_text(errors="replace") if p.exists() else ""
 
 
-def launcher_cmd(script: Path, args: list[str], nproc: int, boot: bool = True) -> list[str]:
+def launcher_cmd(script: Path, args: list[str], nproc: int, boot: bool = True, max_restarts: int = 0) -> list[str]:
     entry = [str(BOOT), str(script)] if boot else [str(script)]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-            "--max-restarts=0", *entry, *args]
+            f"--max-restarts={max_restarts}", *entry, *args]
 
 
 def run_sandboxed(tmp_path: Path, script: str | Path, *args: str, nproc: int = 2,
                   limits: Limits | None = None, timeout: float = 120.0, boot: bool = True,
-                  readable: list[Path] | None = None, direct: bool = False) -> SandboxedRun:
+                  readable: list[Path] | None = None, direct: bool = False, max_restarts: int = 0,
+                  env: dict[str, str] | None = None) -> SandboxedRun:
     """``direct``: run the script itself as the sandbox's first process, without the elastic
     launcher (no torch: a fraction of a second), for what does not need ranks."""
     script = Path(script) if Path(script).is_absolute() else HOSTILE / script
@@ -65,8 +66,11 @@ def run_sandboxed(tmp_path: Path, script: str | Path, *args: str, nproc: int = 2
                                       limits=limits or Limits()), run_dir, key)
     iso.prepare()
     env = {"TRAINWRECK_PG_TIMEOUT": "30", "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
-           "PYTHONUNBUFFERED": "1", "TRAINWRECK_RUN_DIR": str(run_dir)}
-    cmd = [sys.executable, str(script), *args] if direct else launcher_cmd(script, list(args), nproc, boot)
+           "PYTHONUNBUFFERED": "1", "TRAINWRECK_RUN_DIR": str(run_dir), **(env or {})}
+    if max_restarts:  # as launch does: gloo restarts need the store unshared (DESIGN.md)
+        env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    cmd = [sys.executable, str(script), *args] if direct else launcher_cmd(script, list(args), nproc, boot,
+                                                                           max_restarts)
     wrapped = iso.wrap(cmd, env)
     out = iso.output_fd()
     t0 = time.time()

@@ -362,3 +362,21 @@ def test_a_1gb_log_is_truncated_with_a_marker_and_the_rank_goes_on(tmp_path):
     assert len(out) < (1 << 20) + 200 and out.rstrip().endswith(b"the rest was dropped]")
     assert any("stdout.log truncated at 1 MiB" in t for t in r.summary["tampering"])
     assert me.memory_info().rss - rss0 < 64 << 20
+
+
+@needs_bwrap
+@pytest.mark.slow
+def test_a_killed_rank_restarts_inside_and_each_attempt_is_told_apart(tmp_path):
+    faults = [{"rank": 1, "step": 5, "attempt": 0, "when": "step"}]
+    r = run_sandboxed(tmp_path, FIXTURES / "ddp_ok.py", "--steps", "12", max_restarts=1,
+                      env={"TRAINWRECK_FAULTS": json.dumps(faults)})
+    assert r.status == "ok"
+    ev = r.records(1).valid
+    boots = [e for e in ev if e["kind"] == "boot"]
+    assert [b["attempt"] for b in boots] == [0, 1] and boots[0]["pid"] != boots[1]["pid"]
+    assert any(e["kind"] == "fault" and e["attempt"] == 0 for e in ev)
+    assert observe_rank(r.run_dir, 1, r.key).steps == 12
+    chan = json.loads((r.run_dir / "channel.json").read_text())
+    assert chan["tampering"] == []  # attempt 1's records come from attempt 1's processes
+    assert b"=== attempt 1" in (r.run_dir / "ranks" / "1" / "stderr.log").read_bytes()
+    assert_nothing_left(tmp_path)
