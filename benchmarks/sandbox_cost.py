@@ -117,7 +117,7 @@ def job_cost(rounds: int) -> None:
         order += ["outside", "inside"] if i % 2 == 0 else ["inside", "outside"]
     load0 = os.getloadavg()[0]
     for name in order:
-        for attempt in range(3):  # torchrun --standalone on gloo fails now and then: run again, say so
+        for _attempt in range(3):  # torchrun --standalone on gloo fails now and then: run again, say so
             with tempfile.TemporaryDirectory() as tmp:
                 tmp = Path(tmp)
                 c0, tree_cpu, t0 = cpu_self(), TreeCPU(), time.perf_counter()

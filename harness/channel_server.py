@@ -26,9 +26,10 @@ import struct
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 from harness import rundir
 from harness.channel import HELLO_MAX, SOCKET_NAME, VERSION
@@ -122,7 +123,7 @@ class ChannelServer:
         self._thread = threading.Thread(target=self._serve, name="trainwreck-channel", daemon=True)
 
     # -- life cycle ------------------------------------------------------------------------
-    def start(self) -> "ChannelServer":
+    def start(self) -> ChannelServer:
         self._thread.start()
         return self
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from harness import rundir
 from harness.channel_server import ChannelServer, ServerLimits
-from harness.limits import MB, Limits, LimitGuard, Violation
+from harness.limits import MB, LimitGuard, Limits, Violation
 from harness.procwatch import ProcWatch, cmdline
 from harness.sandbox import SandboxError, SandboxPolicy, Wrapped, build, prepare_writable, probe, seal
 

@@ -36,7 +36,7 @@ import stat
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from harness.channel import CHANNEL_ENV
@@ -81,7 +81,7 @@ class PythonInstall:
     site_dirs: tuple[Path, ...] = ()
 
     @classmethod
-    def current(cls) -> "PythonInstall":
+    def current(cls) -> PythonInstall:
         import site
 
         base, prefix = Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()
@@ -267,7 +267,7 @@ class Probe:
     mode: str = ""  # "setuid" (root grader, run as an unprivileged uid) or "userns"
 
 
-@lru_cache(maxsize=None)
+@cache
 def probe() -> Probe:
     """Whether a sandbox can be built on this machine (once per process: ~30 ms)."""
     bwrap = shutil.which("bwrap")

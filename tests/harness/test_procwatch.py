@@ -14,8 +14,8 @@ import psutil
 import pytest
 
 from harness import procwatch, sandbox
-from harness.procwatch import ProcWatch
 from harness.proctree import ProcessTree
+from harness.procwatch import ProcWatch
 from tests.conftest import FIXTURES, REPO, assert_nothing_left
 
 pytestmark = pytest.mark.skipif(not sandbox.probe().ok, reason="no sandbox here")
