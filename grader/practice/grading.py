@@ -173,14 +173,15 @@ class Cancelled:
 
 class GradingProcess:
     """`trainwreck grade --json` inside the workspace, in a child process: its stdout (the view) and
-    stderr (progress, or one error line) go to files in its own grading folder."""
+    stderr (progress, or one error line) go to files beside its grading folder (which the grading
+    itself creates, empty: a used folder is refused), removed once read."""
 
     def __init__(self, ws: Workspace, device: str = "auto", repeats: int | None = None,
                  out: Path | None = None):
         self.out = Path(out or new_out_dir(ws)).resolve()
-        self.out.mkdir(parents=True, exist_ok=True)
-        self._stdout = self.out / "watch-stdout.json"
-        self._stderr = self.out / "watch-stderr.log"
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self._stdout = self.out.with_name(f".{self.out.name}.stdout.json")
+        self._stderr = self.out.with_name(f".{self.out.name}.stderr.log")
         self._offset = 0
         cmd = [sys.executable, "-m", "grader.cli", "grade", "--json", "--workspace", str(ws.root),
                "--out", str(self.out), "--device", device, *(["--repeats", str(repeats)] if repeats else [])]
@@ -222,9 +223,14 @@ class GradingProcess:
             error = lines[-1].removeprefix("error: ") if lines else f"the grading ended with exit code {code}"
         if not (self.out / "result.json").exists():
             shutil.rmtree(self.out, ignore_errors=True)  # it stopped before grading: nothing to keep
+        self._forget_output()
         if self._prune_root is not None:
             prune(self._prune_root)
         return Outcome(code, shown, error)
+
+    def _forget_output(self) -> None:
+        for f in (self._stdout, self._stderr):
+            f.unlink(missing_ok=True)
 
     def cancel(self, grace_s: float = 30.0) -> Cancelled:
         """Stop the grading: SIGTERM (the harness ends its ranks and the grading unwinds), SIGKILL
@@ -253,6 +259,7 @@ class GradingProcess:
                     pass
             psutil.wait_procs(list(uniq.values()), timeout=5)
             shutil.rmtree(self.out, ignore_errors=True)
+            self._forget_output()
             for d in _reference_tmp(self.proc.pid):
                 shutil.rmtree(d, ignore_errors=True)
         return Cancelled(round(time.monotonic() - t0, 3), len(uniq))

@@ -50,7 +50,9 @@ def load_spec(slug: str) -> tuple[Spec, dict]:
         sys.exit(f"error: no exercise {slug!r} in this bundle (it has: {', '.join(specs) or 'none'})")
     s = specs[slug]
     checks = [CHECKS[c["name"]].spec.model_validate(c) for c in s["checks"]]
-    return Spec(slug, s["entry"], s["world_size"], SimpleNamespace(**s["run"]), SimpleNamespace(**s["workload"]),
+    workload = dict(s["workload"])
+    workload["evaluations"] = {k: SimpleNamespace(**v) for k, v in workload.get("evaluations", {}).items()}
+    return Spec(slug, s["entry"], s["world_size"], SimpleNamespace(**s["run"]), SimpleNamespace(**workload),
                 checks), s
 
 
