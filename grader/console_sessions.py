@@ -83,6 +83,7 @@ def session_view(view) -> None:
                 console.text(f"  {i}. {f.followup.question}  [{f.because}]")
         if ev.sheets:
             console.text("scored by: " + ", ".join(sh.interviewer for sh in ev.sheets))
+    quiz_summary(view.quiz)
 
 
 def _offset(session, iso: str) -> float:
@@ -122,3 +123,18 @@ def report_written(path, fmt: str, seconds: float) -> None:
 def bundle_written(res) -> None:
     console.text(f"bundle for {', '.join(res.exercises)}: {res.path} ({res.files} files, {res.bytes / 1e6:.2f} MB)")
     console.text("the candidate runs: python run.py SLUG | python selfcheck.py SLUG (see README.md inside)")
+
+
+def quiz_verdict(question, verdict) -> None:
+    mark = "right" if verdict.correct else "WRONG"
+    console.text(f"{mark}  [{question.id}] {verdict.feedback}")
+
+
+def quiz_summary(answers: list[dict]) -> None:
+    if not answers:
+        return
+    right = sum(a["correct"] for a in answers)
+    console.text("")
+    console.text(f"quantitative questions: {right} of {len(answers)} answers right")
+    for a in answers:
+        console.text(f"  {'right' if a['correct'] else 'WRONG'}  {a['question']}: {a['answer']}")

@@ -116,6 +116,52 @@ def score_cmd(session, interviewer, exercise, sheet_file, db, as_json):
             show.calibration(cal, sx.slug)
 
 
+@command.command("quiz")
+@click.argument("session")
+@click.option("--topic", default=None, help="Ask the questions of one topic.")
+@click.option("--id", "ids", multiple=True, help="Ask this question (repeat for more).")
+@click.option("--answer", "answers", multiple=True, metavar="ID=VALUE",
+              help="Record an answer without asking (repeat for more); a unit may follow the number.")
+@db_option
+@json_option
+def quiz_cmd(session, topic, ids, answers, db, as_json):
+    """Quantitative questions in the session: each answer graded against the model answer with the
+    question's tolerance and recorded; the live view and the debrief show them."""
+    from grader import quiz as Q
+
+    with _store(db) as store:
+        s = store.session(session)
+        bank = Q.load_bank()
+        given = dict(_pair(a) for a in answers)
+        chosen = Q.select(bank, topic, tuple(ids) + tuple(given))
+        out = []
+        for q in chosen:
+            while True:
+                value = given.get(q.id)
+                if value is None:
+                    value = click.prompt(f"[{q.id}] {q.question} ({q.unit})" if q.unit else f"[{q.id}] {q.question}")
+                try:
+                    v = Q.grade_answer(q, value)
+                    break
+                except Q.AnswerError as e:
+                    if q.id in given:
+                        raise click.UsageError(f"--answer {q.id}={value}: {e}") from None
+                    console.info(f"  {e}; try again")
+            store.record_quiz_answer(s.id, q.id, str(value), v.to_json())
+            out.append({"question": q.id, "answer": str(value), **v.to_json()})
+            if not as_json:
+                show.quiz_verdict(q, v)
+        if as_json:
+            console.emit_json({"session": s.id, "answers": out})
+
+
+def _pair(text: str) -> tuple[str, str]:
+    qid, sep, value = text.partition("=")
+    if not sep or not qid.strip() or not value.strip():
+        raise click.UsageError(f"--answer {text!r}: write it as ID=VALUE, e.g. dp-allreduce-bytes=12.5GB")
+    return qid.strip(), value.strip()
+
+
 @command.command("list")
 @click.option("--open", "open_only", is_flag=True, help="Only sessions not yet closed.")
 @db_option

@@ -75,12 +75,28 @@ class ExerciseReport:
 
 
 @dataclass
+class QuizRow:
+    question: str  # its id
+    text: str  # the question as asked ("" when the bank no longer has it)
+    answer: str
+    correct: bool
+    expected: str  # the model answer with its unit and tolerance
+    derivation: str
+    feedback: str
+
+
+@dataclass
 class Report:
     session: Session
     clock: dict[str, Any]
     exercises: list[ExerciseReport]
     generated_at: str
     db: str
+    quiz: list[QuizRow] = field(default_factory=list)
+
+    @property
+    def quiz_right(self) -> int:
+        return sum(q.correct for q in self.quiz)
 
 
 def _offset(session: Session, iso: str) -> float:
@@ -162,10 +178,31 @@ def exercise_report(session: Session, view: ExerciseView, with_pixels: bool = Tr
                           latest_result=latest.result if latest else None)
 
 
+def quiz_rows(answers: list[dict[str, Any]]) -> list[QuizRow]:
+    """The session's quantitative answers with the question text and the model answer, from the
+    stored verdicts (the bank is read only for the question's wording)."""
+    if not answers:
+        return []
+    from grader.quiz import load_bank
+
+    try:
+        bank = {q.id: q for q in load_bank()}
+    except Exception:  # a broken bank must not stop a debrief: the stored verdicts stand alone
+        bank = {}
+    out = []
+    for a in answers:
+        v = a["verdict"]
+        q = bank.get(a["question"])
+        out.append(QuizRow(a["question"], q.question if q else "", a["answer"], a["correct"],
+                           f"{v.get('expected')} {v.get('unit', '')} ({v.get('tolerance', '')})".strip(),
+                           v.get("derivation", ""), v.get("feedback", "")))
+    return out
+
+
 def gather(store: Store, ref: str, with_pixels: bool = True) -> Report:
     sv: SessionView = session_view(store, ref)
     return Report(sv.session, sv.clock(), [exercise_report(sv.session, ev, with_pixels) for ev in sv.exercises],
-                  models_now(), str(store.path))
+                  models_now(), str(store.path), quiz_rows(sv.quiz))
 
 
 # ---- several candidates on the same exercise ---------------------------------------------------

@@ -53,6 +53,7 @@ class ExerciseView:
 class SessionView:
     session: Session
     exercises: list[ExerciseView]
+    quiz: list[dict[str, Any]] = field(default_factory=list)  # quantitative answers, in the order given
 
     def clock(self) -> dict[str, Any]:
         elapsed = self.session.elapsed_s()
@@ -62,7 +63,7 @@ class SessionView:
 
     def to_json(self) -> dict[str, Any]:
         return {"session": self.session.to_json(), "clock": self.clock(),
-                "exercises": [e.to_json() for e in self.exercises]}
+                "exercises": [e.to_json() for e in self.exercises], "quiz": self.quiz}
 
 
 def check_rows(attempts: list[Attempt]) -> list[CheckRow]:
@@ -105,4 +106,5 @@ def exercise_view(store: Store, session: Session, sx: SessionExercise) -> Exerci
 def session_view(store: Store, ref: str) -> SessionView:
     session = store.session(ref)
     store.reap(session.id)
-    return SessionView(session, [exercise_view(store, session, sx) for sx in store.exercises(session.id)])
+    return SessionView(session, [exercise_view(store, session, sx) for sx in store.exercises(session.id)],
+                       store.quiz_answers(session.id))

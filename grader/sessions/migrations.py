@@ -91,7 +91,21 @@ UPDATE attempts SET status = 'interrupted', finished_at = started_at WHERE statu
 CREATE INDEX attempts_by_exercise ON attempts (session_id, slug, n);
 """
 
-MIGRATIONS: list[str] = [V1, V2]
+# 3: quantitative questions asked in a session, each answer graded when given (grader.quiz).
+V3 = """
+CREATE TABLE quiz_answers (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id   TEXT NOT NULL REFERENCES sessions(id),
+    question_id  TEXT NOT NULL,
+    answer       TEXT NOT NULL,
+    correct      INTEGER NOT NULL,
+    verdict      TEXT NOT NULL,
+    answered_at  TEXT NOT NULL
+);
+CREATE INDEX quiz_answers_by_session ON quiz_answers (session_id, id);
+"""
+
+MIGRATIONS: list[str] = [V1, V2, V3]
 LATEST = len(MIGRATIONS)
 
 

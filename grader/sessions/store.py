@@ -208,6 +208,21 @@ class Store:
         return [_attempt(r) for r in self.conn.execute(q, (sid, slug) if slug else (sid,))]
 
     # ---- scores and the feedback round -------------------------------------------------------
+    # ---- quantitative questions ----------------------------------------------------------------
+    def record_quiz_answer(self, sid: str, question_id: str, answer: str, verdict: dict[str, Any]) -> None:
+        """One answer and its verdict (``grader.quiz.Verdict.to_json()``); every answer is kept, a
+        question answered twice shows both."""
+        with self.write() as c:
+            c.execute("INSERT INTO quiz_answers (session_id, question_id, answer, correct, verdict, answered_at) "
+                      "VALUES (?, ?, ?, ?, ?, ?)", (sid, question_id, answer, int(bool(verdict.get("correct"))),
+                                                    dumps(verdict), now()))
+
+    def quiz_answers(self, sid: str) -> list[dict[str, Any]]:
+        rows = self.conn.execute("SELECT question_id, answer, correct, verdict, answered_at FROM quiz_answers "
+                                 "WHERE session_id = ? ORDER BY id", (sid,)).fetchall()
+        return [{"question": r["question_id"], "answer": r["answer"], "correct": bool(r["correct"]),
+                 "verdict": json.loads(r["verdict"]), "answered_at": r["answered_at"]} for r in rows]
+
     def save_sheet(self, sheet: ScoreSheet) -> None:
         """Replace one interviewer's scores and feedback for one exercise, as one transaction."""
         t = now()

@@ -15,11 +15,11 @@ def tables(conn):
 
 def test_empty_database_migrates_to_latest(tmp_path):
     store = Store.open(tmp_path / "s.db")
-    assert migrations.version(store.conn) == migrations.LATEST == 2
+    assert migrations.version(store.conn) == migrations.LATEST == 3
     assert {"sessions", "session_exercises", "attempts", "scores", "feedback"} <= tables(store.conn)
     assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     Store.open(tmp_path / "s.db").close()  # opening again applies nothing
-    assert migrations.version(store.conn) == 2
+    assert migrations.version(store.conn) == 3
 
 
 def test_version_1_database_keeps_its_rows(tmp_path):
@@ -33,7 +33,7 @@ def test_version_1_database_keeps_its_rows(tmp_path):
     conn.execute("INSERT INTO scores VALUES ('s1', 'ex', 'ada', 'fix', 3, 'n', 't3')")
     conn.close()
     store = Store.open(tmp_path / "s.db")
-    assert migrations.version(store.conn) == 2
+    assert migrations.version(store.conn) == 3
     a1, a2 = store.attempts("s1")
     assert (a1.status, a1.pid, a1.series) == ("done", None, None)
     assert a2.status == "interrupted"  # a version-1 grading left running cannot be alive any more
@@ -45,7 +45,7 @@ def test_newer_schema_is_refused(tmp_path):
     conn = sqlite3.connect(tmp_path / "s.db")
     conn.execute("PRAGMA user_version = 99")
     conn.close()
-    with pytest.raises(SessionError, match="schema version 99 is newer than this trainwreck's 2; upgrade"):
+    with pytest.raises(SessionError, match="schema version 99 is newer than this trainwreck's 3; upgrade"):
         Store.open(tmp_path / "s.db")
 
 
