@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import tempfile
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -280,18 +278,9 @@ def load_state(path: Path) -> QuizState:
 
 def save_state(path: Path, state: QuizState) -> None:
     """Write-then-rename in the same directory: a crash leaves the old state or the new, never half."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(state.model_dump(), f, indent=2)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from harness.rundir import atomic_write_json
+
+    atomic_write_json(Path(path), state.model_dump())
 
 
 def record(state: QuizState, verdict: Verdict, answer: str, now: datetime | None = None) -> QuizState:

@@ -164,20 +164,3 @@ def _check_rubric_header(manifest: Path, rubric: Path, rubric_id: str) -> None:
     if head.get("format_version") != RUBRIC_FORMAT_VERSION:
         raise ManifestError(f"{rubric}: format_version: {head.get('format_version')!r} is not {RUBRIC_FORMAT_VERSION}; "
                             f"a scenario's rubric is format {RUBRIC_FORMAT_VERSION} (a dimension tree and a feedback round)")
-
-
-def discover(root: Path | None = None) -> tuple[list[Scenario], list[str]]:
-    """Every scenario under exercises/ that loads, and one error line for each that does not."""
-    base = _root(root) / "exercises"
-    found, errors = [], []
-    if not base.is_dir():
-        return [], []
-    for d in sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))):
-        if not (d / MANIFEST).exists():
-            continue
-        try:
-            if manifest_kind(d) == "scenario":
-                found.append(load_scenario(d, root))
-        except ManifestError as e:
-            errors.append(str(e))
-    return found, errors

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from grader.errors import ManifestError
+from grader.exercises import discover as discover_all
 from grader.rubric import load_rubric
-from grader.scenario import discover, load_scenario, manifest_kind
+from grader.scenario import load_scenario, manifest_kind
 from tests.grader import scenario_figures as F
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,7 +24,8 @@ SLUGS = ["llm-architecture", "gpu-allocation", "cost-efficiency", "cross-team-ro
 
 @pytest.fixture(scope="module")
 def scenarios():
-    found, errors = discover(REPO)
+    found, errors = discover_all(REPO)
+    found = [e for e in found if e.kind == "scenario"]
     assert not errors, errors
     return {s.slug: s for s in found}
 
@@ -105,7 +107,7 @@ def test_malformed_scenarios_name_file_field_and_fix(tmp_path, edit, extra, rubr
     with pytest.raises(ManifestError, match=re.escape(message)) as e:
         load_scenario(d, root=tmp_path)
     assert "\n" not in str(e.value) and ";" in str(e.value)
-    assert discover(tmp_path)[1], "discover reports the folder that does not load"
+    assert discover_all(tmp_path)[1], "discover reports the folder that does not load"
 
 
 def test_unknown_kind_is_named(tmp_path):
