@@ -188,6 +188,20 @@ class Tracer:
         else:
             self._write({"seq": seq, "ph": "error", "err": f"{type(error).__name__}: {str(error)[-300:]}"})
 
+    def settle(self, grace_s: float = 1.0) -> None:
+        """At the rank's exit: a work whose future has completed may not say so for a few more
+        microseconds (gloo marks the future first), so look again for a moment before leaving
+        anything pending."""
+        deadline = time.monotonic() + grace_s
+        while True:
+            self.sweep()
+            with self._lock:
+                if not self._pending:
+                    return
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.01)
+
     def sweep(self) -> None:
         """Record the completion of works nobody waited on from Python (DDP's, the functional
         collectives'). A completed work's own ``wait`` returns at once, or raises its error: that
