@@ -82,7 +82,7 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(error)
     if rec.tracer is not None:  # collectives that completed after the last look at them
         try:
-            rec.tracer.sweep()
+            rec.tracer.settle()
         except Exception as e:  # never let the trace mask the script's outcome
             sys.stderr.write(f"trainwreck: collective trace: {e!r}\n")
     if prof is not None:  # before the final save: the harness's own torch.save is not the script's

@@ -130,6 +130,7 @@ class Tracer:
         self._seq = 0
         self._pending: dict[int, tuple[int, Any]] = {}  # id(Work) -> (seq, Work) until it completes
         self._main = threading.main_thread().ident
+        self.plain_wait = dist.Work.wait  # torch's own, before install() wraps it
         # Called around issuing an operator and around Work.wait (the --profile "sync" phase).
         self.listeners: list[tuple[Callable[[], None], Callable[[], None]]] = []
 
@@ -188,24 +189,38 @@ class Tracer:
         else:
             self._write({"seq": seq, "ph": "error", "err": f"{type(error).__name__}: {str(error)[-300:]}"})
 
+    def settle(self, grace_s: float = 1.0) -> None:
+        """At the rank's exit: a work whose future has completed may not say so for a few more
+        microseconds (gloo marks the future first), so look again for a moment before leaving
+        anything pending."""
+        deadline = time.monotonic() + grace_s
+        while True:
+            self.sweep()
+            with self._lock:
+                if not self._pending:
+                    return
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.01)
+
     def sweep(self) -> None:
-        """Record the completion of works that have no future and were never waited on."""
+        """Record the completion of works nobody waited on from Python (DDP's, the functional
+        collectives'). A completed work's own ``wait`` returns at once, or raises its error: that
+        tells success from failure without the deprecated ``is_success``/``exception``."""
         with self._lock:
             entries = list(self._pending.values())
         for _seq, work in entries:
             try:
-                done = work.is_completed()
+                if not work.is_completed():
+                    continue
             except Exception:
                 continue
-            if done:
-                err = None
-                try:
-                    ok = work.is_success()
-                except Exception:  # is_success is deprecated on some backends: trust is_completed
-                    ok = True
-                if not ok:
-                    err = RuntimeError("the work completed without success")
-                self.finished(work, err)
+            try:
+                self.plain_wait(work)
+            except Exception as e:
+                self.finished(work, e)
+            else:
+                self.finished(work)
 
     # -- sync timing -------------------------------------------------------------------------
     def enter_sync(self) -> None:

@@ -58,8 +58,12 @@ def new_key() -> str:
     return os.urandom(16).hex()
 
 
+# json.dumps(record, sort_keys=True, separators=(",", ":")), without building an encoder per call.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+
 def _canonical(record: dict[str, Any]) -> bytes:
-    return json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+    return _CANONICAL.encode(record).encode()
 
 
 _HMAC_BASES: dict[str, Any] = {}  # per key, an HMAC with the key already absorbed (copied per record)
