@@ -65,13 +65,16 @@ def plan(m: Manifest) -> Plan:
 
 def run_role(ex: Exercise, script_dir: Path, run_dir: Path, role: str, device: str, nproc: int,
              max_restarts: int = 0, faults: list[Fault] | None = None,
-             env: dict[str, str] | None = None, script: str | None = None) -> RunEvidence:
+             env: dict[str, str] | None = None, script: str | None = None,
+             overflow: bool = True) -> RunEvidence:
     """``script`` runs another file of the assembled folder than the entry (the compute bound),
-    without the entry's arguments."""
+    without the entry's arguments. ``overflow``: inject the manifest's ``[run] overflow_at_step``
+    (every grading run does; recording the broken script's logs does not: the overflow is a test a
+    fix must pass, not the symptom the candidate is shown)."""
     m = ex.manifest
     (run_dir / "work").mkdir(parents=True, exist_ok=True)
     env = dict(env or {})
-    if m.run.overflow_at_step is not None:  # every role meets the same fault, the reference too
+    if overflow and m.run.overflow_at_step is not None:  # every role meets the same fault, the reference too
         env[OVERFLOW_ENV] = str(m.run.overflow_at_step)
     cfg = LaunchConfig(script=script_dir / (script or m.entry), script_args=[] if script else list(m.run.args),
                        nproc=nproc,

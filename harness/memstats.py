@@ -21,14 +21,15 @@ again; a reference cycle among them that becomes garbage later stays until the p
 Fields, in the step record of each counted step: ``live_tensors``, ``graph_nodes``, ``mem_ms`` (the
 count's own time), and ``gc_refrozen`` when the script froze objects itself after the harness did
 (which hides them from the count). The count runs at step 2, then every ``k`` steps, ``k`` chosen
-after each count so that its time stays under ``BUDGET`` of the steps' time since the previous
-one. Its time is not charged to any step's ``dt``.
+after each count so that its time (the median of the last five counts) stays under ``BUDGET`` of the
+steps' time since the previous one. Its time is not charged to any step's ``dt``.
 """
 
 from __future__ import annotations
 
 import gc
 import math
+import statistics
 import time
 import warnings
 import weakref
@@ -46,6 +47,7 @@ class MemStats:
         self.next_step = 2  # at step 1 the freeze has just hidden everything: nothing to count yet
         self.every = 1
         self.counts = 0
+        self._costs: list[float] = []  # the last few counts' times: one slow count (a busy machine) moves nothing
         self._last_t: float | None = None  # when the previous count ended
         self._last_step = 0
         self.modules: weakref.WeakSet = weakref.WeakSet()  # nn.Modules alive at the freeze
@@ -72,8 +74,10 @@ class MemStats:
         out: dict[str, Any] = {"live_tensors": tensors, "graph_nodes": nodes, "mem_ms": round(cost * 1e3, 3)}
         if gc.get_freeze_count() > self.frozen_count:
             out["gc_refrozen"] = gc.get_freeze_count() - self.frozen_count
+        self._costs = (self._costs + [cost])[-5:]
         if self._last_t is not None and step > self._last_step:
             per_step = max((t0 - self._last_t) / (step - self._last_step), 1e-6)
+            cost = statistics.median(self._costs)
             self.every = max(1, min(MAX_EVERY, math.ceil(cost / (BUDGET * per_step))))
         self._last_t, self._last_step = time.perf_counter(), step
         self.next_step = step + self.every

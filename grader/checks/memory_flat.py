@@ -92,6 +92,8 @@ def _level(ev, warmup: int) -> tuple[float, str]:
 
 
 def judge(spec: Spec, ctx: Context) -> CheckResult:
+    """Every signal is judged, and every one that fails is named (a balloon that flattens the RSS
+    slope still fails on the counts and on the level, and the message says both)."""
     ev = need(ctx, "memory_flat", "main", ok_only=False)
     if isinstance(ev, CheckResult):
         return ev
@@ -113,14 +115,16 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     detail = (f"rank {worst}'s {w['measure']} changed {w['slope_mb_per_step']:+.3f} MB per step over "
               f"{w['steps']} steps after warm-up ({w['start_mb']:.0f} → {w['end_mb']:.0f} MB); "
               f"threshold {spec.max_slope_mb_per_step} MB per step")
+    problems: list[str] = []
     if w["slope_mb_per_step"] > spec.max_slope_mb_per_step:
-        return CheckResult("memory_flat", False, detail, evidence)
+        problems.append(detail)
     frozen = _refrozen(ev)
     if frozen:
-        return CheckResult("memory_flat", False, f"rank {frozen[0]} moved objects out of the garbage collector's "
-                           f"sight (gc.freeze) after the harness began counting its live tensors (seen at step "
-                           f"{frozen[1]}), so what it holds cannot be counted", evidence)
+        problems.append(f"rank {frozen[0]} moved objects out of the garbage collector's sight (gc.freeze) after the "
+                        f"harness began counting its live tensors (seen at step {frozen[1]}), so what it holds "
+                        "cannot be counted")
     for field, label in COUNTS.items():
+        grew = None
         for r in sorted(ev.ranks):
             pts = _counts(ev, r, field, spec.warmup_steps)
             if len(pts) < MIN_COUNTS:
@@ -129,39 +133,41 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
             (s0, y0), (s1, y1) = pts[0], pts[-1]
             evidence.setdefault(field, {})[r] = {"slope_per_step": round(k, 4), "start": y0, "end": y1,
                                                  "counted_steps": len(pts), "median": _median([y for _, y in pts])}
-            if k > spec.max_count_slope:
-                return CheckResult("memory_flat", False, f"the {label} rank {r} holds grew by {k:.2f} per step from "
-                                   f"step {s0} to step {s1} ({y0:.0f} → {y1:.0f}, counted at {len(pts)} steps after "
-                                   f"warm-up), while its memory slope read {w['slope_mb_per_step']:+.3f} MB per step",
-                                   evidence)
+            if k > spec.max_count_slope and grew is None:
+                grew = (f"the {label} rank {r} holds grew by {k:.2f} per step from step {s0} to step {s1} ({y0:.0f} → "
+                        f"{y1:.0f}, counted at {len(pts)} steps after warm-up), while its memory slope read "
+                        f"{w['slope_mb_per_step']:+.3f} MB per step")
+        if grew:
+            problems.append(grew)
     if spec.max_level_over_reference:
         ref = need(ctx, "memory_flat", "reference")
         if isinstance(ref, CheckResult):
             return ref
-        mine, what = _level(ev, spec.warmup_steps)
-        theirs, _ = _level(ref, spec.warmup_steps)
-        allowed = theirs * spec.max_level_over_reference + spec.level_slack_mb
-        evidence.update(level_mb=round(mine, 1), level_over_reference=round(mine / theirs, 2) if theirs else None,
+        level, what = _level(ev, spec.warmup_steps)
+        ref_level, _ = _level(ref, spec.warmup_steps)
+        allowed = ref_level * spec.max_level_over_reference + spec.level_slack_mb
+        evidence.update(level_mb=round(level, 1),
+                        level_over_reference=round(level / ref_level, 2) if ref_level else None,
                         max_level_over_reference=spec.max_level_over_reference, level_slack_mb=spec.level_slack_mb)
-        if mine > allowed:
-            return CheckResult("memory_flat", False, f"{what} held at a median of {mine:.0f} MB after warm-up, "
-                               f"{mine / theirs:.1f}x the reference run's level (at most "
-                               f"{spec.max_level_over_reference:g}x plus {spec.level_slack_mb:g} MB): memory is flat "
-                               "but far higher than the work needs", evidence)
+        if level > allowed:
+            problems.append(f"{what} held at a median of {level:.0f} MB after warm-up, {level / ref_level:.1f}x the "
+                            f"reference run's level (at most {spec.max_level_over_reference:g}x plus "
+                            f"{spec.level_slack_mb:g} MB): far higher than the work needs")
         for field, label in COUNTS.items():
-            theirs = [_median([y for _, y in _counts(ref, r, field, spec.warmup_steps)] or [0.0]) for r in ref.ranks]
+            ref_pts = {r: _counts(ref, r, field, spec.warmup_steps) for r in ref.ranks}
             mine = {r: v["median"] for r, v in evidence.get(field, {}).items()}
-            if not mine or not any(_counts(ref, r, field, spec.warmup_steps) for r in ref.ranks):
+            if not mine or not any(ref_pts.values()):
                 continue
-            top = max(theirs)
+            top = max(_median([y for _, y in pts]) for pts in ref_pts.values() if pts)
             allowed = top * spec.max_level_over_reference + spec.count_level_slack
             r, m = max(mine.items(), key=lambda kv: kv[1])
             evidence.setdefault("count_levels", {})[field] = {"median": m, "allowed": allowed}
             if m > allowed:
-                return CheckResult("memory_flat", False, f"rank {r} held a median of {m:.0f} {label} after warm-up, "
-                                   f"{m / max(top, 1):.1f}x the reference run's level (at most "
-                                   f"{spec.max_level_over_reference:g}x plus {spec.count_level_slack:g}): far more "
-                                   "than the work needs", evidence)
+                problems.append(f"rank {r} held a median of {m:.0f} {label} after warm-up, {m / max(top, 1):.1f}x the "
+                                f"reference run's level (at most {spec.max_level_over_reference:g}x plus "
+                                f"{spec.count_level_slack:g}): far more than the work needs")
+    if problems:
+        return CheckResult("memory_flat", False, "; ".join(problems), evidence)
     return CheckResult("memory_flat", True, detail, evidence)
 
 
