@@ -8,8 +8,9 @@ And no work around the records, in every run of the grading (the main run, other
 killed and restarted runs; ``grader/evidence/work.py``, ``harness/work.py``):
 
 - backward passes: no optimizer step's iteration may run more than the workload's
-  ``backward_per_step`` (its micro-batches; default 1). Training the optimizer step hook never
-  saw (a restart that retrains from scratch up to its checkpoint with hidden updates) shows here;
+  ``backward_per_step`` (its micro-batches; default 1; at another world size, scaled so the global
+  count is the same). Training the optimizer step hook never saw (a restart that retrains from
+  scratch up to its checkpoint with hidden updates) shows here;
 - rows fed to the model: the rows its outermost forward calls were given may not exceed, at any
   step, the samples the rank had read through the kit's datasets (the ledger), beyond the rows of
   one step: a rank that computes on samples it never read (its peer's half of the batch, taken
@@ -22,6 +23,7 @@ killed and restarted runs; ``grader/evidence/work.py``, ``harness/work.py``):
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from grader.checks.base import Check, CheckResult, CheckSpec, Context, need, trained_to_the_end
@@ -112,13 +114,15 @@ def _hidden_work(ctx: Context, main, evidence: dict[str, Any]) -> list[str]:
     """Work done around the optimizer step hook and the datasets, and records that contradict each
     other, in every run of the submission (not the reference's)."""
     wl = ctx.manifest.workload
-    per_step = getattr(wl, "backward_per_step", 1)
     problems: list[str] = []
     runs = {"main": main, **{n: e for n, e in ctx.runs.items() if n not in (Role.MAIN, Role.REFERENCE)}}
     for role, ev in runs.items():
         if harness_failed(ev):
             continue
         where = f"the {role} run"
+        # the workload's count is for its world size; at another, the same global batch may take
+        # more micro-batches per rank (world size 1 accumulating what two ranks computed)
+        per_step = math.ceil(getattr(wl, "backward_per_step", 1) * ctx.manifest.world_size / max(ev.world_size, 1))
         for r in sorted(ev.ranks):
             extra = extra_backward(ev, r, per_step)
             if extra:
@@ -126,8 +130,9 @@ def _hidden_work(ctx: Context, main, evidence: dict[str, Any]) -> list[str]:
                 attempt = f" of attempt {extra['attempt']}" if extra["attempt"] else ""
                 problems.append(f"rank {r} ran {extra['backward_passes']} backward passes for optimizer step "
                                 f"{extra['step']}{attempt} in {where} ({extra['steps_over']} of its {extra['steps']} "
-                                f"steps ran more than {per_step}); the workload runs {per_step} per optimizer step: "
-                                "training the optimizer step hook never saw")
+                                f"steps ran more than {per_step}); the workload runs {per_step} per optimizer step"
+                                f"{'' if ev.world_size == ctx.manifest.world_size else f' at world size {ev.world_size}'}"
+                                ": training the optimizer step hook never saw")
                 break
         for r in sorted(ev.ranks):
             unread = unread_rows(ev, r)

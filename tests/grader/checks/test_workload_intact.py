@@ -194,3 +194,25 @@ def test_records_that_contradict_each_other_fail(tmp_path, kw, says):
 def test_honest_timelines_agree(tmp_path, kw):
     c = _judge_work(tmp_path, main=_work_run(tmp_path / "main", **kw))
     assert c.passed, c.message
+
+
+@pytest.mark.parametrize("passes, passed", [(2, True), (3, False)])
+def test_a_run_at_world_size_one_may_accumulate_what_two_ranks_computed(tmp_path, passes, passed):
+    from grader.manifest import Workload
+    from tests.grader.rundirs import RunDirBuilder
+
+    b = RunDirBuilder(tmp_path / "ws1", world_size=1)
+    b.event(0, kind="start", attempt=0, t=0.0, pid=1, rank=0)
+    for s in range(1, 17):
+        for i in range(8):
+            b.sample(0, (s * 8 + i) % 64, step=s - 1)
+        b.event(0, kind="step", attempt=0, t=float(s), step=s, dt=1.0, rss_mb=1.0, lr=[0.1], backward_passes=passes,
+                forward_calls=passes, forward_rows=8)
+    b.exit(0, {"w": torch.zeros(3)}, t=20.0, steps=16)
+    m = FakeManifest()
+    m.workload = Workload(dataset_size=64, global_batch=8, steps=16, params=3)
+    c = run_check(spec("workload_intact"), Context(m, {"main": _work_run(tmp_path / "main"),
+                                                       "ws1": load_run("ws1", b.build())}))
+    assert c.passed is passed, c.message
+    if not passed:
+        assert "ran 3 backward passes for optimizer step 1 in the ws1 run" in c.message and "runs 2 per optimizer step at world size 1" in c.message
