@@ -100,7 +100,7 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
             ordered = sorted(per)
             evidence["gradient_bytes"][r] = {"median_per_step": ordered[len(ordered) // 2], "least": ordered[0],
                                              "steps_short": len(short)}
-            if short and len(problems) < 2:
+            if short and not any("of gradients during" in p for p in problems):  # the first rank says it
                 problems.append(
                     f"rank {r} reduced {_mb(per[short[0]])} of gradients during optimizer step {short[0] + 1}, and less "
                     f"than {spec.min_gradient_share:.0%} of the model's gradients ({_mb(model)}: "
