@@ -9,7 +9,8 @@ recorded, shows it:
 
 - ``backward_passes``: outermost calls of ``Tensor.backward``, ``torch.autograd.backward`` and
   ``torch.autograd.grad`` since the previous step (a call made while another is running, such as
-  the recomputation of gradient checkpointing, is part of that one, on whatever thread);
+  the recomputation of gradient checkpointing, is part of that one, on whatever thread; calls
+  torch makes itself, such as ``torch.compile`` tracing a backward graph, are not the script's);
 - ``forward_calls``: outermost calls of an ``nn.Module`` that holds parameters (a loss module at
   the top level is not a forward pass of the model; the submodules a model calls are part of it;
   calls made during a backward pass are recomputation, not counted);
@@ -25,11 +26,16 @@ nested module call and a few dictionary operations per outermost one (``benchmar
 from __future__ import annotations
 
 import functools
+import os
+import sys
 import threading
 import weakref
 from typing import Any
 
 import torch
+
+
+_TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
 
 class _Local(threading.local):
@@ -135,7 +141,9 @@ def install(rec) -> WorkCounter:
     def wrap(fn):
         @functools.wraps(fn)
         def backward(*args, **kwargs):
-            if not w.in_backward:
+            # torch's own calls (torch.compile tracing a backward graph, torch.func) are not the
+            # script's backward passes
+            if not w.in_backward and not sys._getframe(1).f_code.co_filename.startswith(_TORCH):
                 w.backward += 1
             w.in_backward += 1
             try:
