@@ -34,7 +34,6 @@ from typing import Any
 
 import torch
 
-
 _TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
 
