@@ -247,6 +247,10 @@ class Recorder:
 
     @staticmethod
     def _exit_fingerprint(ref: weakref.ref, params: list[torch.Tensor]) -> float | None:
+        """None for sharded (DTensor) parameters: their fingerprint takes a collective, and at exit
+        a peer may be gone."""
+        if any(_local_part(p)[1] is not None for p in params):
+            return None
         opt = ref()
         try:
             return fingerprint(opt) if opt is not None else fingerprint_params(params)
