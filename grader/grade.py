@@ -29,6 +29,7 @@ from grader.result import GradeResult, SubmissionInfo
 from grader.roles import FINGERPRINTS, Plan, Role, RunRequest
 from grader.submission import Submission, assemble, check_source, files_digest
 from grader.throughput import job_rate
+from harness.faults import OVERFLOW_ENV
 from harness.launch import Fault, LaunchConfig, launch
 
 Progress = Callable[[str], None]
@@ -64,17 +65,23 @@ def plan(m: Manifest) -> Plan:
 
 def run_role(ex: Exercise, script_dir: Path, run_dir: Path, role: str, device: str, nproc: int,
              max_restarts: int = 0, faults: list[Fault] | None = None,
-             env: dict[str, str] | None = None, script: str | None = None) -> RunEvidence:
+             env: dict[str, str] | None = None, script: str | None = None,
+             overflow: bool = True) -> RunEvidence:
     """``script`` runs another file of the assembled folder than the entry (the compute bound),
-    without the entry's arguments."""
+    without the entry's arguments. ``overflow``: inject the manifest's ``[run] overflow_at_step``
+    (every grading run does; recording the broken script's logs does not: the overflow is a test a
+    fix must pass, not the symptom the candidate is shown)."""
     m = ex.manifest
     (run_dir / "work").mkdir(parents=True, exist_ok=True)
+    env = dict(env or {})
+    if overflow and m.run.overflow_at_step is not None:  # every role meets the same fault, the reference too
+        env[OVERFLOW_ENV] = str(m.run.overflow_at_step)
     cfg = LaunchConfig(script=script_dir / (script or m.entry), script_args=[] if script else list(m.run.args),
                        nproc=nproc,
                        max_restarts=max_restarts, device=device, hang_timeout=m.run.hang_timeout,
                        startup_timeout=m.run.startup_timeout, timeout=m.run.timeout,
                        pg_timeout=m.run.pg_timeout, run_dir=run_dir, cwd=run_dir / "work",
-                       faults=list(faults or []), env=dict(env or {}))
+                       faults=list(faults or []), env=env)
     if launch(cfg).status == "interrupted":
         # Ctrl-C or SIGTERM ended this run (the harness ended its ranks and recorded it): the
         # grading stops here instead of going on to the next run
@@ -100,7 +107,7 @@ def reference_run(ex: Exercise, device: str, nproc: int, progress: Progress) -> 
         torch_v = "none"
     key = hashlib.sha256("|".join([
         files_digest(ex.solution_dir, m.editable), _harness_digest(), torch_v, str(nproc), device,
-        " ".join(m.run.args), m.entry, "fingerprints"]).encode()).hexdigest()[:20]
+        " ".join(m.run.args), m.entry, "fingerprints", f"overflow={m.run.overflow_at_step}"]).encode()).hexdigest()[:20]
     cache = kit_root() / ".trainwreck" / "cache" / m.slug / f"reference-ws{nproc}-{key}"
     if (cache / "run.json").exists():
         ev = load_run("reference", cache)

@@ -38,6 +38,11 @@ class Workload(_Strict):
     global_batch: int = Field(gt=0)
     steps: int = Field(gt=0, description="optimizer steps per rank in an uninterrupted run")
     params: int = Field(gt=0, description="trainable parameter count of the model")
+    # backward passes per optimizer step (micro-batches of gradient accumulation): a run that does
+    # more has work the optimizer step hook never saw
+    backward_per_step: int = Field(1, gt=0)
+    # the autocast dtype the model's forward passes run under (e.g. "float16"); None: not judged
+    autocast: str | None = None
     # evaluations on other datasets: how many, of how many distinct samples each (e.g. {val = {count
     # = 96, samples = 1024}}). Judged by what all ranks read together at each step, not by which
     # rank read it: rank 0 scoring the whole split alone is as good as every rank scoring a shard.
@@ -50,6 +55,9 @@ class RunSettings(_Strict):
     timeout: float = Field(180.0, gt=0)
     pg_timeout: float | None = Field(None, gt=0)  # torch's own unless the exercise needs a shorter one
     args: list[str] = []
+    # the fault a proper fix must survive: the gradients of this optimizer step overflow (set to inf
+    # on every rank after backward) in every run of a grading, the reference's included
+    overflow_at_step: int | None = Field(None, ge=2)
 
 
 def _check_spec_union():

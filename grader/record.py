@@ -39,7 +39,7 @@ def record(ex: Exercise, device: str = "auto", progress=lambda s: None) -> dict[
         req = plan(m).runs.get(Role.RESUME) or RunRequest(Role.MAIN, m.world_size)
         progress(f"running the broken {m.slug} at world size {m.world_size}"
                  + (" (killed and restarted once)" if req.faults else ""))
-        ev = run_role(ex, ex.dir, run_dir, "broken", device, **req.launch_settings())
+        ev = run_role(ex, ex.dir, run_dir, "broken", device, **req.launch_settings(), overflow=False)
         baseline = _baseline(ex, ev)
         staged = ex.dir / f".{LOGS}.new"
         shutil.rmtree(staged, ignore_errors=True)

@@ -102,6 +102,28 @@ def _caller(frame) -> tuple[str | None, str | None, str | None]:
     return site, api, by
 
 
+# Operators whose first argument is the output and the second the input (gathers, scatters,
+# reduce-scatters, all-to-all): their ``bytes`` are the second's. The rest take their data first.
+_OUTPUT_FIRST = {"allgather_", "_allgather_base_", "allgather_coalesced_", "allgather_into_tensor_coalesced_",
+                 "reduce_scatter_", "_reduce_scatter_base_", "reduce_scatter_tensor_coalesced_",
+                 "alltoall_", "alltoall_base_", "gather_", "scatter_"}
+
+
+def _bytes(args) -> int:
+    """Bytes of the tensors in ``args`` (lists and lists of lists included)."""
+    n = 0
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            n += a.numel() * a.element_size()
+        elif isinstance(a, (list, tuple)):
+            for x in a:
+                if isinstance(x, torch.Tensor):
+                    n += x.numel() * x.element_size()
+                elif isinstance(x, (list, tuple)):
+                    n += sum(t.numel() * t.element_size() for t in x if isinstance(t, torch.Tensor))
+    return n
+
+
 def _describe(args) -> tuple[list, str | None]:
     shapes, dtype = [], None
     for a in args:
@@ -138,7 +160,7 @@ class Tracer:
     def _write(self, rec: dict[str, Any]) -> None:
         self._w.write({"a": self._attempt, **rec, "t": time.time()})
 
-    def issue(self, op: str, args: tuple, kwargs: dict, async_op: bool | None) -> int:
+    def issue(self, op: str, args: tuple, kwargs: dict, async_op: bool | None, name: str = "") -> int:
         self.sweep()
         with self._lock:
             self._seq += 1
@@ -149,8 +171,12 @@ class Tracer:
             main = sys._current_frames().get(self._main)
             site = user_site(main) if main is not None else None
         shapes, dtype = _describe((*args, *kwargs.values()))
+        try:
+            nbytes = _bytes(args[1:2] if name in _OUTPUT_FIRST else args[:1])  # the input data on this rank
+        except Exception:  # a fake or meta tensor: its size is not data moved
+            nbytes = None
         rec = {"seq": seq, "op": op, "ph": "enter", "site": site, "api": api, "by": by,
-               "shapes": shapes, "dtype": dtype, "step": self._step(), "main": on_main}
+               "shapes": shapes, "dtype": dtype, "bytes": nbytes, "step": self._step(), "main": on_main}
         if async_op is not None:
             rec["async"] = async_op
         self._write(rec)
@@ -244,7 +270,7 @@ def _kernel(tracer: Tracer, name: str, opov):
         if async_at is not None:
             async_op = bool(kwargs["async_op"] if "async_op" in kwargs
                             else args[async_at] if len(args) > async_at else True)
-        seq = tracer.issue(op, args, kwargs, async_op)
+        seq = tracer.issue(op, args, kwargs, async_op, name)
         tracer.enter_sync()
         try:
             out = opov.redispatch(keyset & _AFTER_BACKEND_SELECT, *args, **kwargs)

@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from harness import collectives, rundir, saves
+from harness import collectives, faults, memstats, rundir, saves, work
 
 _recorder: Recorder | None = None
 
@@ -79,11 +79,25 @@ class Recorder:
         # grader find which earlier step a resumed attempt restarted from, without the script.
         self.fingerprints = os.environ.pop("TRAINWRECK_FINGERPRINT", "0") == "1"
         self._fp0_done = False
+        # With fingerprints: the parameters as the step began (pre-hook), so a change between the
+        # end of one step and the start of the next shows; which parameter set each optimizer
+        # steps (``opt`` in the record: its ordinal, first seen first); and per set the optimizer
+        # and parameters that stepped last, fingerprinted again at exit (``fp_exit``).
+        self._fp_pre: float | None = None
+        self._fp_sets: dict[tuple[int, ...], int] = {}
+        self._fp_ord: dict[int, int] = {}  # id(optimizer) -> ordinal of its parameter set
+        self._fp_last: dict[int, tuple[weakref.ref, list[torch.Tensor]]] = {}
+        # Fields other modules add to each step record and to the exit record (harness.work, memstats)
+        self.step_fields: list[Any] = []
+        self.exit_fields: list[Any] = []
 
     def before_step(self, optimizer: torch.optim.Optimizer) -> None:
-        if self.fingerprints and not self._fp0_done:
-            self._fp0_done = True
-            self.event("fingerprint0", fp=fingerprint(optimizer))
+        if self.fingerprints:
+            fp = fingerprint(optimizer)
+            if not self._fp0_done:
+                self._fp0_done = True
+                self.event("fingerprint0", fp=fp)
+            self._fp_pre = fp
 
     # -- records ---------------------------------------------------------------------------
     def event(self, kind: str, **fields: Any) -> None:
@@ -107,14 +121,16 @@ class Recorder:
                 params = [p for g in optimizer.param_groups for p in g["params"]]
                 entry = (weakref.ref(optimizer), params, self.step)
                 self._names.update(zip(map(id, params), _param_names(params)))
+                self._fp_ord[id(optimizer)] = self._fp_sets.setdefault(tuple(map(id, params)), len(self._fp_sets))
             self._opts[id(optimizer)] = (entry[0], entry[1], self.step)
+            if self.fingerprints:
+                self._fp_last[self._fp_ord[id(optimizer)]] = (entry[0], entry[1])
         now = time.time()
         rec: dict[str, Any] = {
             "step": self.step,
             "dt": now - self._last_t,
             "rss_mb": self._proc.memory_info().rss / 2**20,
         }
-        self._last_t = now
         if optimizer is not None:
             rec["lr"] = [float(g.get("lr", 0.0)) for g in optimizer.param_groups]
         if skipped:
@@ -129,9 +145,21 @@ class Recorder:
         self._loss, self._n_backward, self._loss_scale = None, 0, None
         if self.fingerprints and optimizer is not None:
             rec["fp"] = fingerprint(optimizer)
+            if self._fp_pre is not None:
+                rec["fp_pre"] = self._fp_pre
+            if self._fp_ord.get(id(optimizer)):
+                rec["opt"] = self._fp_ord[id(optimizer)]
+        self._fp_pre = None
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             rec["cuda_alloc_mb"] = torch.cuda.memory_allocated() / 2**20
             rec["cuda_max_alloc_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        for more in self.step_fields:
+            try:
+                rec.update(more())
+            except Exception as e:  # never let a count break the script's optimizer step
+                rec.setdefault("field_errors", []).append(repr(e)[:200])
+        # The harness's own work at this step (fingerprints, counts) is no step's time.
+        self._last_t = time.time()
         self.event("step", **rec)
         if self.tracer is not None:
             self.tracer.sweep()
@@ -181,8 +209,18 @@ class Recorder:
                 if id(p) not in seen:
                     seen.add(id(p))
                     params.append(p)
+        extra: dict[str, Any] = {}
+        for more in self.exit_fields:
+            try:
+                extra.update(more())
+            except Exception as e:
+                extra.setdefault("field_errors", []).append(repr(e)[:200])
+        if self.fingerprints and self._fp_last:
+            # the parameters each optimizer stepped last, as they are now: the grader checks that
+            # nothing changed them after the last observed step
+            extra["fp_exit"] = [self._exit_fingerprint(*self._fp_last[o]) for o in sorted(self._fp_last)]
         if not params:
-            return {"n_tensors": 0, "numel": 0, "local_numel": 0}
+            return {"n_tensors": 0, "numel": 0, "local_numel": 0, **extra}
         names = [self._names.get(id(p), f"param.{i}") for i, p in enumerate(params)]
         if len(set(names)) != len(names):
             names = [f"param.{i}" for i in range(len(params))]
@@ -201,10 +239,23 @@ class Recorder:
             "numel": int(sum(p.numel() for p in params)),  # the model's size: global for shards
             "local_numel": int(sum(t.numel() for t in state.values())),
             "params_sha256": rundir.sha256_file(path),
+            **extra,
         }
         if shards:
             out["shards"] = shards
         return out
+
+    @staticmethod
+    def _exit_fingerprint(ref: weakref.ref, params: list[torch.Tensor]) -> float | None:
+        """None for sharded (DTensor) parameters: their fingerprint takes a collective, and at exit
+        a peer may be gone."""
+        if any(_local_part(p)[1] is not None for p in params):
+            return None
+        opt = ref()
+        try:
+            return fingerprint(opt) if opt is not None else fingerprint_params(params)
+        except Exception:
+            return None
 
 
 def _replicated_local(t: torch.Tensor) -> torch.Tensor | None:
@@ -245,9 +296,12 @@ def _local_part(t: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any] | None]:
 def fingerprint(optimizer: torch.optim.Optimizer) -> float:
     """A cheap summary of the parameters: the first elements of each, summed in float64. Any real
     update changes it; a checkpoint round trip (bit-exact) does not."""
+    return fingerprint_params([p for g in optimizer.param_groups for p in g["params"]])
+
+
+def fingerprint_params(params: list[torch.Tensor]) -> float:
     with torch.no_grad():
-        vals = [p.detach().reshape(-1)[:8].double().sum()
-                for g in optimizer.param_groups for p in g["params"] if p.numel()]
+        vals = [p.detach().reshape(-1)[:8].double().sum() for p in params if p.numel()]
         return float(torch.stack(vals).sum().cpu()) if vals else 0.0
 
 
@@ -259,6 +313,7 @@ def _param_names(params: list[torch.Tensor]) -> list[str]:
     with warnings.catch_warnings():  # isinstance() on deprecated torch proxies warns
         warnings.simplefilter("ignore")
         modules = [o for o in gc.get_objects() if isinstance(o, torch.nn.Module)]
+    modules += memstats.frozen_modules()  # alive at the first step: gc.get_objects() no longer lists them
     for obj in modules:
         try:
             named = {id(p): n for n, p in obj.named_parameters() if id(p) in want}
@@ -320,6 +375,9 @@ def install(run_dir: Path, rank: int, key: str, attempt: int, pg_timeout_s: floa
 
     scaler_cls.scale = scale
     _install_backward(rec)
+    work.install(rec)  # backward passes, outermost forward calls, rows and autocast per step
+    memstats.install(rec)  # live tensors and autograd graph nodes every few steps
+    faults.install_overflow(rec, os.environ.pop(faults.OVERFLOW_ENV, ""))  # gradients that overflow, for grading
 
     rec.tracer = collectives.install(rec.collectives, attempt, lambda: rec.step)
 

@@ -54,12 +54,28 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     if not cmp["same_names"] or "shape_mismatch" in cmp:
         return CheckResult(name, False, "the model's parameters are not the reference model's "
                            f"(names or shapes differ: {cmp})", cmp)
+    if cmp.get("nonfinite_first"):
+        return CheckResult(name, False, f"{cmp['nonfinite_first']} of the {cmp['elements']} final parameters are NaN "
+                           f"or inf{_corrupted_when(ev)}", cmp)
     if cmp["max_abs_diff"] == 0:
         return CheckResult(name, True, "final parameters are identical to the reference run's", cmp)
     msg = (f"final parameters {'match' if cmp['close'] else 'differ from'} the reference run's: largest "
            f"difference {cmp['max_abs_diff']:.3g} ({cmp['max_rel_diff']:.2%} of its norm) in "
            f"{cmp['worst_param']}; tolerance rtol={spec.rtol:g}, atol={spec.atol:g}")
     return CheckResult(name, cmp["close"], msg, cmp)
+
+
+def _corrupted_when(ev) -> str:
+    """When the loss first went non-finite on rank 0, and the overflow the grading injected before it."""
+    steps = [e for e in ev.events(0) if e.get("kind") == "step"]
+    bad = next((e for e in steps if isinstance(e.get("loss"), str)), None)
+    inj = next((e for e in ev.events(0) if e.get("kind") == "overflow" and "param" in e), None)
+    out = f" (rank 0's loss is {bad['loss']} from optimizer step {bad['step']} on)" if bad else ""
+    if inj:
+        out += (f"; the grading made the gradients of optimizer step {inj['step']} overflow (inf in {inj['param']} "
+                "on every rank after backward, as an fp16 overflow leaves them after the all-reduce), and the run "
+                "applied them")
+    return out
 
 
 CHECK = Check("matches_reference", Spec, judge, needs_reference=lambda spec: True)

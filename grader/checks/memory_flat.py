@@ -4,8 +4,13 @@
 - the slope of memory per step after warm-up (CUDA allocated where present, else process RSS);
 - the level: the median after warm-up against the reference run's (a balloon that offsets a
   leak must start high);
-- where the step records carry them, the counts of live tensors and autograd graph nodes the rank
-  holds (a kept graph grows them whatever the process's RSS does)."""
+- where the step records carry them (``harness/memstats.py``: every few steps), the counts of live
+  tensors and autograd graph nodes the rank holds: their slope per step (least squares over the
+  counted steps after warm-up), and with ``max_level_over_reference`` their level against the
+  reference run's (a kept graph grows them whatever the process's RSS does, and a pile of tensors
+  or graphs released as a leak grows must start high). A rank that froze objects out of the
+  collector's sight after the harness began counting (``gc_refrozen``) fails: its counts would not
+  see them."""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from pydantic import Field
 from grader.checks.base import Check, CheckResult, CheckSpec, Context, need
 
 MIN_POINTS = 20  # fewer steps than this after warm-up cannot tell a leak from noise
+MIN_COUNTS = 8  # counted steps after warm-up needed to judge the counts (they are not noisy)
 
 
 def slope(ys: list[float]) -> float:
@@ -40,13 +46,33 @@ class Spec(CheckSpec):
     level_slack_mb: float = Field(64.0, ge=0)
     # counts recorded per step (live tensors, graph nodes) may grow at most this much per step
     max_count_slope: float = Field(0.2, gt=0)
+    # with max_level_over_reference: a count's median may exceed the reference's times that factor by this
+    count_level_slack: float = Field(100.0, ge=0)
 
 
-def _counts(ev, rank: int, field: str, warmup: int) -> list[float]:
+def _counts(ev, rank: int, field: str, warmup: int) -> list[tuple[int, float]]:
+    """(step, count) of the rank's last attempt after warm-up, for the steps that were counted."""
     last = max((int(e.get("attempt", 0)) for e in ev.events(rank) if e.get("kind") == "step"), default=0)
-    ys = [float(e[field]) for e in ev.events(rank)
-          if e.get("kind") == "step" and int(e.get("attempt", 0)) == last and field in e]
-    return ys[warmup:]
+    return [(int(e["step"]), float(e[field])) for e in ev.events(rank)
+            if e.get("kind") == "step" and int(e.get("attempt", 0)) == last and field in e
+            and int(e["step"]) > warmup]
+
+
+def slope_xy(pts: list[tuple[int, float]]) -> float:
+    """Least-squares slope of y over x."""
+    n = len(pts)
+    mx = sum(x for x, _ in pts) / n
+    my = sum(y for _, y in pts) / n
+    den = sum((x - mx) ** 2 for x, _ in pts)
+    return sum((x - mx) * (y - my) for x, y in pts) / den if den else 0.0
+
+
+def _refrozen(ev) -> tuple[int, int] | None:
+    for r in sorted(ev.ranks):
+        for e in ev.events(r):
+            if e.get("kind") == "step" and e.get("gc_refrozen"):
+                return r, int(e["step"])
+    return None
 
 
 def _median(xs: list[float]) -> float:
@@ -66,6 +92,8 @@ def _level(ev, warmup: int) -> tuple[float, str]:
 
 
 def judge(spec: Spec, ctx: Context) -> CheckResult:
+    """Every signal is judged, and every one that fails is named (a balloon that flattens the RSS
+    slope still fails on the counts and on the level, and the message says both)."""
     ev = need(ctx, "memory_flat", "main", ok_only=False)
     if isinstance(ev, CheckResult):
         return ev
@@ -87,33 +115,59 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     detail = (f"rank {worst}'s {w['measure']} changed {w['slope_mb_per_step']:+.3f} MB per step over "
               f"{w['steps']} steps after warm-up ({w['start_mb']:.0f} → {w['end_mb']:.0f} MB); "
               f"threshold {spec.max_slope_mb_per_step} MB per step")
+    problems: list[str] = []
     if w["slope_mb_per_step"] > spec.max_slope_mb_per_step:
-        return CheckResult("memory_flat", False, detail, evidence)
+        problems.append(detail)
+    frozen = _refrozen(ev)
+    if frozen:
+        problems.append(f"rank {frozen[0]} moved objects out of the garbage collector's sight (gc.freeze) after the "
+                        f"harness began counting its live tensors (seen at step {frozen[1]}), so what it holds "
+                        "cannot be counted")
     for field, label in COUNTS.items():
+        grew = None
         for r in sorted(ev.ranks):
-            ys = _counts(ev, r, field, spec.warmup_steps)
-            if len(ys) < MIN_POINTS:
+            pts = _counts(ev, r, field, spec.warmup_steps)
+            if len(pts) < MIN_COUNTS:
                 continue
-            k = slope(ys)
-            evidence.setdefault(field, {})[r] = {"slope_per_step": round(k, 4), "start": ys[0], "end": ys[-1]}
-            if k > spec.max_count_slope:
-                return CheckResult("memory_flat", False, f"the {label} rank {r} holds grew by {k:.2f} per step over "
-                                   f"{len(ys)} steps after warm-up ({ys[0]:.0f} → {ys[-1]:.0f}), while its memory "
-                                   f"slope read {w['slope_mb_per_step']:+.3f} MB per step", evidence)
+            k = slope_xy(pts)
+            (s0, y0), (s1, y1) = pts[0], pts[-1]
+            evidence.setdefault(field, {})[r] = {"slope_per_step": round(k, 4), "start": y0, "end": y1,
+                                                 "counted_steps": len(pts), "median": _median([y for _, y in pts])}
+            if k > spec.max_count_slope and grew is None:
+                grew = (f"the {label} rank {r} holds grew by {k:.2f} per step from step {s0} to step {s1} ({y0:.0f} → "
+                        f"{y1:.0f}, counted at {len(pts)} steps after warm-up), while its memory slope read "
+                        f"{w['slope_mb_per_step']:+.3f} MB per step")
+        if grew:
+            problems.append(grew)
     if spec.max_level_over_reference:
         ref = need(ctx, "memory_flat", "reference")
         if isinstance(ref, CheckResult):
             return ref
-        mine, what = _level(ev, spec.warmup_steps)
-        theirs, _ = _level(ref, spec.warmup_steps)
-        allowed = theirs * spec.max_level_over_reference + spec.level_slack_mb
-        evidence.update(level_mb=round(mine, 1), level_over_reference=round(mine / theirs, 2) if theirs else None,
+        level, what = _level(ev, spec.warmup_steps)
+        ref_level, _ = _level(ref, spec.warmup_steps)
+        allowed = ref_level * spec.max_level_over_reference + spec.level_slack_mb
+        evidence.update(level_mb=round(level, 1),
+                        level_over_reference=round(level / ref_level, 2) if ref_level else None,
                         max_level_over_reference=spec.max_level_over_reference, level_slack_mb=spec.level_slack_mb)
-        if mine > allowed:
-            return CheckResult("memory_flat", False, f"{what} held at a median of {mine:.0f} MB after warm-up, "
-                               f"{mine / theirs:.1f}x the reference run's level (at most "
-                               f"{spec.max_level_over_reference:g}x plus {spec.level_slack_mb:g} MB): memory is flat "
-                               "but far higher than the work needs", evidence)
+        if level > allowed:
+            problems.append(f"{what} held at a median of {level:.0f} MB after warm-up, {level / ref_level:.1f}x the "
+                            f"reference run's level (at most {spec.max_level_over_reference:g}x plus "
+                            f"{spec.level_slack_mb:g} MB): far higher than the work needs")
+        for field, label in COUNTS.items():
+            ref_pts = {r: _counts(ref, r, field, spec.warmup_steps) for r in ref.ranks}
+            mine = {r: v["median"] for r, v in evidence.get(field, {}).items()}
+            if not mine or not any(ref_pts.values()):
+                continue
+            top = max(_median([y for _, y in pts]) for pts in ref_pts.values() if pts)
+            allowed = top * spec.max_level_over_reference + spec.count_level_slack
+            r, m = max(mine.items(), key=lambda kv: kv[1])
+            evidence.setdefault("count_levels", {})[field] = {"median": m, "allowed": allowed}
+            if m > allowed:
+                problems.append(f"rank {r} held a median of {m:.0f} {label} after warm-up, {m / max(top, 1):.1f}x the "
+                                f"reference run's level (at most {spec.max_level_over_reference:g}x plus "
+                                f"{spec.count_level_slack:g}): far more than the work needs")
+    if problems:
+        return CheckResult("memory_flat", False, "; ".join(problems), evidence)
     return CheckResult("memory_flat", True, detail, evidence)
 
 

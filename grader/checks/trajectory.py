@@ -5,7 +5,11 @@ where it ended: the bootstrap fingerprints the parameters before the first step 
 step (``TRAINWRECK_FINGERPRINT=1``, ``grader/evidence/fingerprints.py``), here and in the reference
 run. A valid fix in another style follows the same path (float rounding apart); an end state
 copied in, a restart from scratch, or lost work leaves it, and the evidence names the first step
-that did. Runs killed and restarted are judged too: the restart must begin where the reference
+that did. Every change of the parameters must happen inside an observed optimizer step: the
+bootstrap also fingerprints them when each step begins (``fp_pre``) and at exit (``fp_exit``), so
+weights set by hand between steps, or an end state put in place after the last step, fail with
+the steps named (``grader.evidence.fingerprints.unobserved_change``; before the first step of an
+attempt anything may happen, such as loading a checkpoint). Runs killed and restarted are judged too: the restart must begin where the reference
 was at some step no more than ``checkpoint_interval`` steps before the kill (the newest
 checkpoint the job was meant to write), and go on along the reference's path from there, however
 it got there (a resume that fast-forwards its sampler by reading and discarding batches passes).
@@ -19,7 +23,7 @@ from pydantic import Field
 
 from grader.checks.base import Check, CheckResult, CheckSpec, Context, need, need_trained
 from grader.evidence import RunEvidence
-from grader.evidence.fingerprints import step_fingerprints
+from grader.evidence.fingerprints import step_fingerprints, unobserved_change
 from grader.roles import FINGERPRINTS, RESTARTED, Role, RunRequest
 
 
@@ -81,6 +85,10 @@ def _judge_run(role: str, ev: RunEvidence, ref: dict[int, float], spec: Spec, in
         paths = step_fingerprints(ev, r)
         if not paths:
             return f"rank {r} of the {role} run left no parameter fingerprints (it made no optimizer step)"
+        change = unobserved_change(ev, r)
+        if change:
+            info.setdefault(r, {})["unobserved_change"] = change
+            return _unobserved(role, r, change)
         first = paths.get(0, [])
         miss = _follow(first, ref, 0, spec)
         info.setdefault(r, {})["steps_compared"] = len(first)
@@ -112,6 +120,17 @@ def _judge_run(role: str, ev: RunEvidence, ref: dict[int, float], spec: Spec, in
         if miss:
             return _left(f"{role} run's restart", r, miss)
     return None
+
+
+def _unobserved(role: str, rank: int, c: dict[str, Any]) -> str:
+    attempt = f" (attempt {c['attempt']})" if c["attempt"] else ""
+    if c.get("exit"):
+        return (f"rank {rank}'s final parameters in the {role} run{attempt} are not those its last optimizer step "
+                f"(step {c['after_step']}) left: they changed after it, outside any step the harness observed "
+                f"(fingerprint moved by {c['relative_difference']:.2e} of its value)")
+    return (f"rank {rank}'s parameters in the {role} run{attempt} changed between optimizer steps {c['after_step']} "
+            f"and {c['step']}, outside any step the harness observed (fingerprint moved by "
+            f"{c['relative_difference']:.2e} of its value)")
 
 
 def _left(where: str, rank: int, miss: dict[str, Any]) -> str:

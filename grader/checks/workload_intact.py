@@ -3,13 +3,34 @@
 Everything here comes from the harness's records: steps from the optimizer hook, samples from the
 datasets' ledger, the parameter count from the saved final parameters, the world size from the
 launcher. A submission cannot pass by printing, by shrinking the run, or by writing records itself.
+
+And no work around the records, in every run of the grading (the main run, other world sizes,
+killed and restarted runs; ``grader/evidence/work.py``, ``harness/work.py``):
+
+- backward passes: no optimizer step's iteration may run more than the workload's
+  ``backward_per_step`` (its micro-batches; default 1; at another world size, scaled so the global
+  count is the same). Training the optimizer step hook never saw (a restart that retrains from
+  scratch up to its checkpoint with hidden updates) shows here;
+- rows fed to the model: the rows its outermost forward calls were given may not exceed, at any
+  step, the samples the rank had read through the kit's datasets (the ledger), beyond the rows of
+  one step: a rank that computes on samples it never read (its peer's half of the batch, taken
+  from the dataset's tensors) fails;
+- autocast: where the workload names one (``autocast = "float16"``), every optimizer step of the
+  main run must run a forward pass under it;
+- records that contradict each other (``grader/evidence/timeline.py``): a save or an upload said
+  to take longer than the wall time around it, a rank's clock behind the parent's.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from grader.checks.base import Check, CheckResult, CheckSpec, Context, need, trained_to_the_end
+from grader.evidence import harness_failed
+from grader.evidence.timeline import contradictions
+from grader.evidence.work import autocast_misses, extra_backward, unread_rows
+from grader.roles import Role
 
 
 class Spec(CheckSpec):
@@ -78,6 +99,7 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
         if bad_p:
             r, p = next(iter(bad_p.items()))
             problems.append(f"rank {r} trained {p} parameters; the model has {wl.params}")
+    problems += _hidden_work(ctx, ev, evidence)
     if problems:
         return CheckResult(name, False, "; ".join(problems), evidence)
     if not finished:
@@ -86,6 +108,58 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     after = "" if ev.status == "ok" else f" (the job then ended with status {ev.status})"
     return CheckResult(name, True, f"{w} ranks × {wl.steps} steps, {wl.steps * wl.global_batch} samples "
                        f"covering all {wl.dataset_size}, {wl.params} parameters, files as shipped{after}", evidence)
+
+
+def _hidden_work(ctx: Context, main, evidence: dict[str, Any]) -> list[str]:
+    """Work done around the optimizer step hook and the datasets, and records that contradict each
+    other, in every run of the submission (not the reference's)."""
+    wl = ctx.manifest.workload
+    problems: list[str] = []
+    runs = {"main": main, **{n: e for n, e in ctx.runs.items() if n not in (Role.MAIN, Role.REFERENCE)}}
+    for role, ev in runs.items():
+        if harness_failed(ev):
+            continue
+        where = f"the {role} run"
+        # the workload's count is for its world size; at another, the same global batch may take
+        # more micro-batches per rank (world size 1 accumulating what two ranks computed)
+        per_step = math.ceil(getattr(wl, "backward_per_step", 1) * ctx.manifest.world_size / max(ev.world_size, 1))
+        for r in sorted(ev.ranks):
+            extra = extra_backward(ev, r, per_step)
+            if extra:
+                evidence.setdefault("extra_backward", {}).setdefault(role, {})[r] = extra
+                attempt = f" of attempt {extra['attempt']}" if extra["attempt"] else ""
+                problems.append(f"rank {r} ran {extra['backward_passes']} backward passes for optimizer step "
+                                f"{extra['step']}{attempt} in {where} ({extra['steps_over']} of its {extra['steps']} "
+                                f"steps ran more than {per_step}); the workload runs {per_step} per optimizer step"
+                                f"{'' if ev.world_size == ctx.manifest.world_size else f' at world size {ev.world_size}'}"
+                                ": training the optimizer step hook never saw")
+                break
+        for r in sorted(ev.ranks):
+            unread = unread_rows(ev, r)
+            if unread:
+                evidence.setdefault("unread_rows", {}).setdefault(role, {})[r] = unread
+                at = f"by optimizer step {unread['step']}" if unread["step"] is not None else "by the end of the run"
+                problems.append(f"rank {r}'s model was fed {unread['rows_fed']} rows {at} in {where}, but the rank "
+                                f"had read {unread['samples_read']} samples through the kit's datasets: it computed "
+                                "on samples it never read")
+                break
+        for c in contradictions(ev):
+            evidence.setdefault("contradictions", {}).setdefault(role, []).append(c)
+        if evidence.get("contradictions", {}).get(role):
+            first = evidence["contradictions"][role][0]
+            problems.append(f"records of {where} contradict each other: {first['what']}")
+    dtype = getattr(wl, "autocast", None)
+    if dtype:
+        for r in sorted(main.ranks):
+            miss = autocast_misses(main, r, dtype)
+            if miss:
+                evidence.setdefault("autocast", {})[r] = miss
+                seen = ", ".join(f"{k} x{v}" for k, v in sorted(miss["seen"].items(), key=lambda kv: -kv[1]))
+                problems.append(f"rank {r}'s forward passes ran without {dtype} autocast at {miss['steps_without']} of "
+                                f"its {miss['steps']} optimizer steps (first at step {miss['first_step']}; forward calls "
+                                f"by autocast dtype: {seen}); the workload trains under {dtype} autocast")
+                break
+    return problems
 
 
 def _evaluations(ev, ds: str, want, evidence: dict[str, Any]) -> str | None:

@@ -72,7 +72,7 @@ def final_checkpoint(ev, rel_path: str, key: str | None = None, require_keys: li
         return FinalCheckpoint(False, "rank 0 left no final parameters to compare the checkpoint with", evidence)
     saved = {strip_wrappers(k): v for k, v in state.items() if hasattr(v, "shape")}
     saved = {k: v for k, v in saved.items() if k in final}
-    cmp = compare(saved, final, rtol, atol)
+    cmp = compare(saved, final, rtol, atol, equal_nan=True)  # a NaN state saved as it is, is the state
     evidence.update(cmp)
     if not cmp["same_names"]:
         return FinalCheckpoint(False, f"the checkpoint at {rel_path} lacks parameters the model trained "

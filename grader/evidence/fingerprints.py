@@ -39,3 +39,49 @@ def resume_point(ev, rank: int) -> int | None:
     if start[1] == start.get(0):
         return 0
     return fps[0].get(start[1])
+
+
+def _same(a, b) -> bool:
+    a, b = float(a), float(b)
+    if a != a or b != b:  # NaN parameters stay NaN: the same (corrupted) state
+        return a != a and b != b
+    return abs(a - b) <= FP_RTOL * max(abs(a), abs(b), 1e-12)
+
+
+def unobserved_change(ev, rank: int) -> dict | None:
+    """The first change of the rank's parameters outside an optimizer step the harness observed,
+    or None. The bootstrap fingerprints the parameters when a step begins (``fp_pre``, from the
+    step pre-hook; a step GradScaler skipped has none, and its ``fp`` is the state it left
+    untouched), when it ends (``fp``), and at exit (``fp_exit``, per parameter set, ``opt``). Within
+    an attempt, each step must begin where the previous step of the same parameter set ended, and
+    the exit must find the parameters where the last step left them. Before the first step of an
+    attempt anything may happen (building the model, loading a checkpoint): ``fingerprint0``.
+
+    Returns ``{"attempt", "after_step", "step", "relative_difference"}`` for a change between two
+    steps, ``{"attempt", "after_step", "exit": True, ...}`` for one after the last step."""
+    last: dict[int, dict[int, tuple[int, float]]] = {}  # attempt -> opt -> (step, fp after it)
+    for r in ev.events(rank):
+        a = int(r.get("attempt", 0))
+        kind = r.get("kind")
+        if kind == "step" and "fp" in r:
+            opt = int(r.get("opt", 0))
+            start = r.get("fp_pre", r["fp"] if r.get("skipped") else None)
+            prev = last.setdefault(a, {}).get(opt)
+            if start is not None and prev is not None and not _same(start, prev[1]):
+                return {"attempt": a, "after_step": prev[0], "step": int(r["step"]),
+                        "relative_difference": _rel(start, prev[1])}
+            last[a][opt] = (int(r["step"]), float(r["fp"]))
+        elif kind == "exit" and isinstance(r.get("fp_exit"), list):
+            for opt, fp in enumerate(r["fp_exit"]):
+                prev = last.get(a, {}).get(opt)
+                if fp is not None and prev is not None and not _same(fp, prev[1]):
+                    return {"attempt": a, "after_step": prev[0], "exit": True,
+                            "relative_difference": _rel(fp, prev[1])}
+    return None
+
+
+def _rel(a, b) -> float:
+    a, b = float(a), float(b)
+    if a != a or b != b:
+        return float("inf")
+    return abs(a - b) / max(abs(b), 1e-12)

@@ -45,3 +45,59 @@ def test_growing_graph_counts_fail_whatever_rss_does(tmp_path):
         b.exit(r, t=70.0, steps=60)
     c = run_check(spec("memory_flat", warmup_steps=5), Context(FakeManifest(), {"main": load_run("main", b.build())}))
     assert not c.passed and "the live tensors rank 0 holds grew by 1.00 per step" in c.message, c.message
+
+
+def _counted(root, every=3, tensors=lambda s: 40.0, nodes=lambda s: 60.0, rss=lambda s: 400.0, refrozen_at=None):
+    """A 2-rank run of 60 steps whose records carry the counts every ``every`` steps (as the harness
+    spaces them to stay within its time budget)."""
+    from grader.evidence import load_run
+    from tests.grader.rundirs import RunDirBuilder
+
+    b = RunDirBuilder(root)
+    for r in range(2):
+        for s in range(1, 61):
+            rec = {"kind": "step", "attempt": 0, "t": float(s), "step": s, "dt": 0.01, "rss_mb": rss(s), "lr": [0.1]}
+            if s % every == 0:
+                rec.update(live_tensors=tensors(s), graph_nodes=nodes(s), mem_ms=0.2)
+                if refrozen_at is not None and s >= refrozen_at:
+                    rec["gc_refrozen"] = 1
+            b.event(r, **rec)
+        b.exit(r, t=70.0, steps=60)
+    return load_run(root.name, b.build())
+
+
+def _judge_counts(tmp_path, main, reference=None, **fields):
+    from grader.checks import Context
+    from tests.grader.fakes import FakeManifest
+
+    runs = {"main": main}
+    if reference is not None:
+        runs["reference"] = reference
+        fields.setdefault("max_level_over_reference", 1.25)
+    return run_check(spec("memory_flat", warmup_steps=5, **fields), Context(FakeManifest(), runs))
+
+
+def test_counts_taken_every_few_steps_are_judged_per_step(tmp_path):
+    # a kept graph: one tensor and 8 nodes per evaluation, every second step; RSS flat (a balloon)
+    c = _judge_counts(tmp_path, _counted(tmp_path / "main", tensors=lambda s: 12 + s // 2, nodes=lambda s: 22 + 4 * s))
+    assert not c.passed and "the live tensors rank 0 holds grew by 0.50 per step from step 6 to step 60 (15 → 42, " \
+                               "counted at 19 steps after warm-up)" in c.message, c.message
+
+
+def test_flat_counts_pass(tmp_path):
+    c = _judge_counts(tmp_path, _counted(tmp_path / "main", tensors=lambda s: 12 + s % 2), _counted(tmp_path / "ref"))
+    assert c.passed, c.message
+
+
+def test_a_pile_of_tensors_released_as_a_leak_grows_fails_on_its_level(tmp_path):
+    # 600 tensors held from the start and released one per step as the leak adds one: flat, but high
+    main = _counted(tmp_path / "main", tensors=lambda s: 600.0, nodes=lambda s: 700.0)
+    c = _judge_counts(tmp_path, main, _counted(tmp_path / "ref", tensors=lambda s: 12.0, nodes=lambda s: 22.0))
+    assert not c.passed and "rank 0 held a median of 600 live tensors after warm-up, 50.0x the reference run's level " \
+                            "(at most 1.25x plus 100)" in c.message, c.message
+
+
+def test_objects_frozen_out_of_sight_fail(tmp_path):
+    c = _judge_counts(tmp_path, _counted(tmp_path / "main", refrozen_at=30))
+    assert not c.passed and "rank 0 moved objects out of the garbage collector's sight (gc.freeze) after the harness " \
+                            "began counting its live tensors (seen at step 30)" in c.message, c.message

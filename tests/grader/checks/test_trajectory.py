@@ -17,24 +17,44 @@ def ref_fp(step: int) -> float:
     return 1.0 + 0.01 * step
 
 
-def _run(root, fps=None, restart=None, status="ok", fingerprints=True):
+def _run(root, fps=None, restart=None, status="ok", fingerprints=True, pre=None, fp_exit=None, skipped=(),
+         ranks=(0, 1)):
     """fps: step -> fingerprint of attempt 0 (0: the initial parameters); restart: (start fp, [fps of
-    steps 1..]) of attempt 1."""
+    steps 1..]) of attempt 1. With ``pre`` (step -> fp, or {} for none changed) each step record also
+    has ``fp_pre``: where the step began, by default where the previous one ended; ``fp_exit``: the
+    exit record's (default: the last step's, when ``pre`` is given); ``skipped``: steps GradScaler
+    skipped (no ``fp_pre``). Only the ranks in ``ranks`` get ``pre``'s edits."""
     fps = fps if fps is not None else {s: ref_fp(s) for s in range(STEPS + 1)}
     b = RunDirBuilder(root, status=status)
     for r in range(2):
         b.event(r, kind="start", attempt=0, t=0.0, pid=1, rank=r)
         if fingerprints:
             b.event(r, kind="fingerprint0", attempt=0, t=0.0, fp=fps[0])
-        for s in sorted(k for k in fps if k):
+        steps = sorted(k for k in fps if k)
+        for i, s in enumerate(steps):
             rec = {"kind": "step", "attempt": 0, "t": float(s), "step": s, "dt": 0.01, "rss_mb": 1.0, "lr": [0.1]}
-            b.event(r, **(rec | ({"fp": fps[s]} if fingerprints else {})))
+            if fingerprints:
+                rec["fp"] = fps[s]
+                if s in skipped:
+                    rec["skipped"] = True
+                elif pre is not None:
+                    rec["fp_pre"] = pre.get(s, fps[steps[i - 1]] if i else fps[0]) if r in ranks else \
+                        (fps[steps[i - 1]] if i else fps[0])
+            b.event(r, **rec)
         if restart:
             start, after = restart
             b.event(r, kind="fingerprint0", attempt=1, t=100.0, fp=start)
             for i, fp in enumerate(after, start=1):
-                b.event(r, kind="step", attempt=1, t=100.0 + i, step=i, dt=0.01, rss_mb=1.0, lr=[0.1], fp=fp)
-        b.exit(r, attempt=1 if restart else 0, t=200.0, steps=STEPS)
+                rec = {"kind": "step", "attempt": 1, "t": 100.0 + i, "step": i, "dt": 0.01, "rss_mb": 1.0,
+                       "lr": [0.1], "fp": fp}
+                if pre is not None:
+                    rec["fp_pre"] = after[i - 2] if i > 1 else start
+                b.event(r, **rec)
+        extra = {}
+        if pre is not None:
+            last = restart[1][-1] if restart else fps[max(fps)]
+            extra["fp_exit"] = [fp_exit if fp_exit is not None and r in ranks else last]
+        b.exit(r, attempt=1 if restart else 0, t=200.0, steps=STEPS, **extra)
     return load_run(root.name, b.build())
 
 
@@ -95,3 +115,45 @@ def test_a_restart_that_leaves_the_path_after_resuming(tmp_path):
 def test_without_fingerprints_it_cannot_judge(tmp_path):
     c = _judge(tmp_path, main=_run(tmp_path / "main", fingerprints=False))
     assert not c.passed and c.environment and "not recorded with parameter fingerprints" in c.message
+
+
+def test_every_step_beginning_where_the_last_ended_passes(tmp_path):
+    c = _judge(tmp_path, main=_run(tmp_path / "main", pre={}))
+    assert c.passed, c.message
+
+
+@pytest.mark.parametrize("kw, says", [
+    # weights set by hand between steps 7 and 8: step 8 begins elsewhere (its own path may even be the reference's)
+    ({"pre": {8: ref_fp(7) + 0.5}}, "rank 1's parameters in the main run changed between optimizer steps 7 and 8, "
+                                     "outside any step the harness observed"),
+    # an end state copied in after the last step
+    ({"pre": {}, "fp_exit": ref_fp(16) + 0.25}, "rank 1's final parameters in the main run are not those its last "
+                                                "optimizer step (step 16) left: they changed after it"),
+    # a step GradScaler skipped leaves the parameters as they were: a change before it shows in its fp
+    ({"pre": {}, "skipped": (5,), "fps": {s: ref_fp(s) for s in range(STEPS + 1)} | {5: ref_fp(4) + 0.1}},
+     "changed between optimizer steps 4 and 5"),
+])
+def test_a_change_outside_an_observed_step_fails_with_the_steps_named(tmp_path, kw, says):
+    c = _judge(tmp_path, main=_run(tmp_path / "main", ranks=(1,), **kw))
+    assert not c.passed and says in c.message, c.message
+
+
+def test_a_skipped_step_that_changed_nothing_passes(tmp_path):
+    fps = {s: ref_fp(s) for s in range(STEPS + 1)} | {5: ref_fp(4)}  # step 5 skipped: the reference's too
+    ref = _run(tmp_path / "reference", fps, pre={}, skipped=(5,))
+    c = run_check(spec("trajectory"), Context(FakeManifest(steps=STEPS), {
+        "main": _run(tmp_path / "main", fps, pre={}, skipped=(5,)), "reference": ref}))
+    assert c.passed, c.message
+
+
+def test_loading_a_checkpoint_before_a_restarts_first_step_is_expected(tmp_path):
+    after = [ref_fp(8 + i) for i in range(1, 9)]
+    resume = _run(tmp_path / "resume", _killed(11), (ref_fp(8), after), pre={})
+    c = _judge(tmp_path, resume=resume, checkpoint_interval=8)
+    assert c.passed, c.message
+
+
+def test_nan_parameters_that_stay_nan_are_not_a_change(tmp_path):
+    from grader.evidence.fingerprints import _same
+
+    assert _same(float("nan"), float("nan")) and not _same(float("nan"), 1.0) and _same(1.0, 1.0 + 1e-12)

@@ -70,3 +70,149 @@ def _eval_run(tmp_path, reads):
 def test_evaluations_are_judged_by_what_all_ranks_read_together(tmp_path, reads, passed, says):
     c = _eval_run(tmp_path, reads)
     assert c.passed is passed and says in c.message, c.message
+
+
+# -- work done around the records: backward passes, rows fed, autocast, contradicting records ------
+
+def _work_run(root, steps=16, backward=None, rows=None, reads=None, autocast=None, attempt1=None, tail_rows=None,
+              saves=(), uploads=(), rt_lag=None):
+    """A finished 2-rank run whose step records carry the work fields. ``backward``/``rows``: step ->
+    value (default 1 backward, 4 rows); ``reads``: step -> samples read during that step's iteration
+    (default 4); ``autocast``: step -> dict (default {"float16": 1}); ``attempt1``: (backward passes of
+    its first step, steps) of a restarted attempt; ``saves``: (dur, wall) of traced saves; ``uploads``:
+    (dur, wall) of store uploads; ``rt_lag``: step -> parent receive time minus record time."""
+    from harness import rundir
+    from tests.grader.rundirs import RunDirBuilder
+
+    b = RunDirBuilder(root)
+    order = {r: epochs([perm(0), perm(1)])[r] for r in range(W)}
+    for r in range(W):
+        b.event(r, kind="start", attempt=0, t=0.0, pid=1, rank=r)
+        idx = iter(order[r])
+        for s in range(1, steps + 1):
+            for _ in range((reads or {}).get(s, 4)):
+                b.sample(r, next(idx), step=s - 1)
+            rec = {"kind": "step", "attempt": 0, "t": float(s), "step": s, "dt": 1.0, "rss_mb": 1.0, "lr": [0.1],
+                   "backward_passes": (backward or {}).get(s, 1), "forward_calls": 1,
+                   "forward_rows": (rows or {}).get(s, 4), "autocast": (autocast or {}).get(s, {"float16": 1})}
+            if rt_lag is not None:
+                rec["rt"] = float(s) + rt_lag(s)
+            b.event(r, **rec)
+        attempt = 0
+        if attempt1:
+            n, k = attempt1
+            attempt = 1
+            for s in range(1, k + 1):
+                b.event(r, kind="step", attempt=1, t=100.0 + s, step=s, dt=1.0, rss_mb=1.0, lr=[0.1],
+                        backward_passes=n if s == 1 else 1, forward_calls=1, forward_rows=4)
+        for i, (dur, wall) in enumerate(saves):
+            b.save_record(r, a=0, seq=i + 1, ph="begin", op="save", path=f"/w/c{i}.pt", step=3, t=3.1, main=True)
+            b.save_record(r, a=0, seq=i + 1, ph="end", op="save", dur=dur, bytes=10, step=3, t=3.1 + wall, main=True)
+        for i, (dur, wall) in enumerate(uploads):
+            seq = 100 + i
+            b.save_record(r, a=0, seq=seq, ph="begin", op="copy", path=f"/store/.c{i}.pt.partial", src="/w/c.pt",
+                          step=5, t=5.1, main=True)
+            b.save_record(r, a=0, seq=seq, ph="end", op="copy", dur=0.001, bytes=10, step=5, t=5.101, main=True)
+            b.event(r, kind="upload", attempt=0, t=5.1 + wall, path=f"/store/c{i}.pt", bytes=10, dur=dur, step=5)
+        b.exit(r, {"w": torch.zeros(3)}, attempt=attempt, t=50.0, steps=steps,
+               **({"tail_forward_rows": tail_rows} if tail_rows is not None else {}))
+    del rundir
+    return load_run(root.name, b.build())
+
+
+def _judge_work(tmp_path, main=None, resume=None, **workload):
+    from grader.manifest import Workload
+
+    m = FakeManifest()
+    m.workload = Workload(dataset_size=64, global_batch=8, steps=16, params=3, **workload)
+    runs = {"main": main or _work_run(tmp_path / "main")}
+    if resume is not None:
+        runs["resume"] = resume
+    return run_check(spec("workload_intact"), Context(m, runs))
+
+
+def test_the_work_as_declared_passes(tmp_path):
+    c = _judge_work(tmp_path, autocast="float16")
+    assert c.passed, c.message
+
+
+@pytest.mark.parametrize("kw, workload, says", [
+    # a restart that retrains from scratch with updates the optimizer step hook never sees
+    ({"attempt1": (48, 8)}, {}, "rank 0 ran 48 backward passes for optimizer step 1 of attempt 1 in the main run "
+                                "(1 of its 8 steps ran more than 1); the workload runs 1 per optimizer step"),
+    ({"backward": {s: 4 for s in range(1, 17)}}, {}, "rank 0 ran 4 backward passes for optimizer step 1"),
+    # every rank feeds its model the whole global batch: twice what it read
+    ({"rows": {s: 8 for s in range(1, 17)}}, {}, "rank 0's model was fed 24 rows by optimizer step 3 in the main run, "
+                                                  "but the rank had read 12 samples through the kit's datasets"),
+    ({"tail_rows": 64}, {}, "rows by the end of the run"),
+    ({"autocast": {s: {"off": 1} for s in range(1, 17)}}, {"autocast": "float16"},
+     "rank 0's forward passes ran without float16 autocast at 16 of its 16 optimizer steps (first at step 1; "
+     "forward calls by autocast dtype: off x16)"),
+    ({"autocast": {s: {"bfloat16": 1} for s in range(9, 17)}}, {"autocast": "float16"},
+     "without float16 autocast at 8 of its 16 optimizer steps (first at step 9"),
+])
+def test_work_around_the_records_fails(tmp_path, kw, workload, says):
+    c = _judge_work(tmp_path, main=_work_run(tmp_path / "main", **kw), **workload)
+    assert not c.passed and says in c.message, c.message
+
+
+@pytest.mark.parametrize("kw, workload", [
+    ({"backward": {s: 4 for s in range(1, 17)}}, {"backward_per_step": 4}),  # 4 micro-batches, declared
+    ({"rows": {1: 5}}, {}),                                                   # one probing forward of a row
+    ({"reads": {1: 12, 2: 0, 3: 0, 4: 4}}, {}),                               # read ahead (workers prefetching)
+    ({"autocast": {s: {"float16": 1, "off": 1} for s in range(1, 17)}}, {"autocast": "float16"}),  # eval outside it
+])
+def test_valid_work_in_other_shapes_passes(tmp_path, kw, workload):
+    c = _judge_work(tmp_path, main=_work_run(tmp_path / "main", **kw), **workload)
+    assert c.passed, c.message
+
+
+def test_a_restarted_run_is_judged_too(tmp_path):
+    c = _judge_work(tmp_path, resume=_work_run(tmp_path / "resume", attempt1=(40, 8)))
+    assert not c.passed and "ran 40 backward passes for optimizer step 1 of attempt 1 in the resume run" in c.message
+
+
+@pytest.mark.parametrize("kw, says", [
+    ({"saves": [(1.05, 0.01)]}, "rank 0's save of c0.pt says it took 1.050 s, but its own begin and end records "
+                                "are 0.010 s apart"),
+    ({"uploads": [(1.05, 0.048)]}, "rank 0's upload of c0.pt says it took 1.050 s, but the copy it made began "
+                                   "0.048 s before its record"),
+    ({"rt_lag": lambda s: -2.0}, "is dated 2.0 s after the parent received it"),
+    ({"rt_lag": lambda s: 0.01 + 0.5 * s}, "rank 0's clock fell 5.5 s behind the parent's over 16 steps of attempt 0 (22.5 s by the parent's clock)"),
+])
+def test_records_that_contradict_each_other_fail(tmp_path, kw, says):
+    c = _judge_work(tmp_path, main=_work_run(tmp_path / "main", **kw))
+    assert not c.passed and "records of the main run contradict each other" in c.message and says in c.message, \
+        c.message
+
+
+@pytest.mark.parametrize("kw", [
+    {"saves": [(0.5, 0.52)]},                                  # a slow save, honestly timed
+    {"uploads": [(1.0, 1.02)]},
+    {"rt_lag": lambda s: 0.005 + (1.5 if s in (7, 8) else 0.0)},  # the parent stalled a moment
+])
+def test_honest_timelines_agree(tmp_path, kw):
+    c = _judge_work(tmp_path, main=_work_run(tmp_path / "main", **kw))
+    assert c.passed, c.message
+
+
+@pytest.mark.parametrize("passes, passed", [(2, True), (3, False)])
+def test_a_run_at_world_size_one_may_accumulate_what_two_ranks_computed(tmp_path, passes, passed):
+    from grader.manifest import Workload
+    from tests.grader.rundirs import RunDirBuilder
+
+    b = RunDirBuilder(tmp_path / "ws1", world_size=1)
+    b.event(0, kind="start", attempt=0, t=0.0, pid=1, rank=0)
+    for s in range(1, 17):
+        for i in range(8):
+            b.sample(0, (s * 8 + i) % 64, step=s - 1)
+        b.event(0, kind="step", attempt=0, t=float(s), step=s, dt=1.0, rss_mb=1.0, lr=[0.1], backward_passes=passes,
+                forward_calls=passes, forward_rows=8)
+    b.exit(0, {"w": torch.zeros(3)}, t=20.0, steps=16)
+    m = FakeManifest()
+    m.workload = Workload(dataset_size=64, global_batch=8, steps=16, params=3)
+    c = run_check(spec("workload_intact"), Context(m, {"main": _work_run(tmp_path / "main"),
+                                                       "ws1": load_run("ws1", b.build())}))
+    assert c.passed is passed, c.message
+    if not passed:
+        assert "ran 3 backward passes for optimizer step 1 in the ws1 run" in c.message and "runs 2 per optimizer step at world size 1" in c.message

@@ -1,0 +1,91 @@
+"""The work behind each optimizer step (``harness/work.py``'s fields of the step records), read
+against the workload: backward passes the hook never saw steps for, rows the model was fed that the
+rank never read through the kit's datasets, and the autocast dtype of the forward passes."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+
+def _steps_by_attempt(ev, rank: int) -> dict[int, list[dict[str, Any]]]:
+    out: dict[int, list[dict[str, Any]]] = {}
+    for r in ev.events(rank):
+        if r.get("kind") == "step":
+            out.setdefault(int(r.get("attempt", 0)), []).append(r)
+    return out
+
+
+def _exit(ev, rank: int, attempt: int) -> dict[str, Any] | None:
+    return next((r for r in ev.events(rank) if r.get("kind") == "exit" and int(r.get("attempt", 0)) == attempt),
+                None)
+
+
+def extra_backward(ev, rank: int, per_step: int) -> dict[str, Any] | None:
+    """The first step (any attempt) whose iteration ran more backward passes than the workload's
+    ``per_step``, or None. Records without the count (an older harness) are not judged."""
+    for a, steps in sorted(_steps_by_attempt(ev, rank).items()):
+        for r in steps:
+            n = r.get("backward_passes")
+            if isinstance(n, int) and n > per_step:
+                over = sum(1 for x in steps if isinstance(x.get("backward_passes"), int)
+                           and x["backward_passes"] > per_step)
+                return {"attempt": a, "step": int(r["step"]), "backward_passes": n, "steps_over": over,
+                        "steps": len(steps)}
+    return None
+
+
+def unread_rows(ev, rank: int) -> dict[str, Any] | None:
+    """The first step at which the rows the rank's model had been fed (outermost forward calls,
+    leading dimension of the input) exceeded the samples it had read through the kit's datasets, by
+    more than the rows of its largest step (one warm-up or shape-probing forward is forgiven).
+    Cumulative, per attempt: a DataLoader reads ahead of the model (prefetching, workers), never
+    behind it. ``s`` of a ledger record is the steps done when the item was read, so reads with
+    ``s < k`` happened before step k's record; the forward calls after the last step (the exit
+    record's ``tail_forward_rows``) are compared with every read of the attempt."""
+    ledger = ev.ledgers.get(rank, [])
+    for a, steps in sorted(_steps_by_attempt(ev, rank).items()):
+        rows = [r.get("forward_rows") for r in steps]
+        if not rows or not all(isinstance(x, int) for x in rows):
+            continue
+        reads = Counter(int(x.get("s", 0)) for x in ledger if int(x.get("a", 0)) == a)
+        slack = max(rows)
+        fed = got = 0
+        done = 0  # reads with s < step
+        order = sorted(reads)
+        i = 0
+        for r, n in zip(steps, rows):
+            k = int(r["step"])
+            while i < len(order) and order[i] < k:
+                done += reads[order[i]]
+                i += 1
+            fed += n
+            got = done
+            if fed > got + slack:
+                return {"attempt": a, "step": k, "rows_fed": fed, "samples_read": got, "slack": slack}
+        end = _exit(ev, rank, a)
+        if end is not None and isinstance(end.get("tail_forward_rows"), int):
+            fed += end["tail_forward_rows"]
+            got = sum(reads.values())
+            if fed > got + slack:
+                return {"attempt": a, "step": None, "rows_fed": fed, "samples_read": got, "slack": slack}
+    return None
+
+
+def autocast_misses(ev, rank: int, dtype: str) -> dict[str, Any] | None:
+    """Steps of the rank's last attempt none of whose forward passes ran under autocast ``dtype``."""
+    steps = _steps_by_attempt(ev, rank)
+    if not steps:
+        return None
+    last = steps[max(steps)]
+    judged = [r for r in last if "forward_calls" in r]
+    if not judged:
+        return None
+    missed = [r for r in judged if not (r.get("autocast") or {}).get(dtype)]
+    if not missed:
+        return None
+    seen: Counter = Counter()
+    for r in judged:
+        seen.update(r.get("autocast") or {"no forward call": 1})
+    return {"steps_without": len(missed), "steps": len(judged), "first_step": int(missed[0]["step"]),
+            "seen": dict(seen)}

@@ -1,0 +1,159 @@
+"""The work behind each optimizer step: how many backward passes and outermost forward calls it
+took, how many rows the model was fed, and under which autocast dtype.
+
+The optimizer step hook sees the steps a script makes through ``torch.optim``; training done
+around it (a restart that retrains from scratch up to its checkpoint with updates the hook never
+sees, a rank that computes its peer's half of the batch too) still has to run the model forward
+and backward. Counting that work per observed step, next to the samples the kit's datasets
+recorded, shows it:
+
+- ``backward_passes``: outermost calls of ``Tensor.backward``, ``torch.autograd.backward`` and
+  ``torch.autograd.grad`` since the previous step (a call made while another is running, such as
+  the recomputation of gradient checkpointing, is part of that one, on whatever thread; calls
+  torch makes itself, such as ``torch.compile`` tracing a backward graph, are not the script's);
+- ``forward_calls``: outermost calls of an ``nn.Module`` that holds parameters (a loss module at
+  the top level is not a forward pass of the model; the submodules a model calls are part of it;
+  calls made during a backward pass are recomputation, not counted);
+- ``forward_rows``: the leading dimension of the first tensor each of those calls was given (the
+  batch size, for the kit's models), summed;
+- ``autocast``: per outermost forward call, the autocast dtype in force on its input's device
+  (``"float16"``, ``"bfloat16"``), or ``"off"``: ``{dtype: calls}``.
+
+The counts after the last step go into the exit record (``tail_*``). Cost: one attribute check per
+nested module call and a few dictionary operations per outermost one (``benchmarks/evidence_cost.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+import weakref
+from typing import Any
+
+import torch
+
+_TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+
+
+class _Local(threading.local):
+    busy = False  # inside an outermost module call on this thread
+
+
+class WorkCounter:
+    def __init__(self) -> None:
+        self.backward = 0
+        self.forward = 0
+        self.rows = 0
+        self.autocast: dict[str, int] = {}
+        self.in_backward = 0  # process-wide: a backward pass is running on some thread
+        self._tls = _Local()
+        self._has_params: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def take(self) -> dict[str, Any]:
+        """This step's counts (then zero)."""
+        out: dict[str, Any] = {"backward_passes": self.backward, "forward_calls": self.forward,
+                               "forward_rows": self.rows}
+        if self.autocast:
+            out["autocast"] = self.autocast
+        self.backward = self.forward = self.rows = 0
+        self.autocast = {}
+        return out
+
+    def tail(self) -> dict[str, Any]:
+        return {f"tail_{k}": v for k, v in self.take().items()}
+
+    # -- forward -----------------------------------------------------------------------------
+    def holds_parameters(self, mod: torch.nn.Module) -> bool:
+        if self._has_params.get(mod):
+            return True
+        try:
+            found = next(mod.parameters(), None) is not None
+        except Exception:
+            return False
+        if found:  # only a yes is kept: a lazy module gets its parameters at its first call
+            self._has_params[mod] = True
+        return found
+
+    def outermost(self, mod: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        if not self.holds_parameters(mod):
+            return
+        self.forward += 1
+        t = _first_tensor(args, kwargs)
+        if t is None:
+            key = "off"
+        else:
+            if t.dim():
+                self.rows += int(t.shape[0])
+            key = _autocast_dtype(t.device.type)
+        self.autocast[key] = self.autocast.get(key, 0) + 1
+
+
+def _first_tensor(args: tuple, kwargs: dict) -> torch.Tensor | None:
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            return a
+        if isinstance(a, (list, tuple)):
+            for x in a[:4]:
+                if isinstance(x, torch.Tensor):
+                    return x
+        elif isinstance(a, dict):
+            for x in list(a.values())[:4]:
+                if isinstance(x, torch.Tensor):
+                    return x
+    return None
+
+
+def _autocast_dtype(device_type: str) -> str:
+    try:
+        if not torch.is_autocast_enabled(device_type):
+            return "off"
+        return str(torch.get_autocast_dtype(device_type)).replace("torch.", "")
+    except Exception:  # a device type autocast does not know
+        return "off"
+
+
+def install(rec) -> WorkCounter:
+    """Count on ``rec``'s steps: its step records and exit record get the fields above."""
+    w = WorkCounter()
+    tls = w._tls
+
+    orig_call = torch.nn.Module.__call__
+
+    @functools.wraps(orig_call)
+    def __call__(mod, *args, **kwargs):
+        if tls.busy or w.in_backward:
+            return orig_call(mod, *args, **kwargs)
+        tls.busy = True
+        try:
+            try:
+                w.outermost(mod, args, kwargs)
+            except Exception:  # never let the count break the script's forward
+                pass
+            return orig_call(mod, *args, **kwargs)
+        finally:
+            tls.busy = False
+
+    torch.nn.Module.__call__ = __call__
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def backward(*args, **kwargs):
+            # torch's own calls (torch.compile tracing a backward graph, torch.func) are not the
+            # script's backward passes
+            if not w.in_backward and not sys._getframe(1).f_code.co_filename.startswith(_TORCH):
+                w.backward += 1
+            w.in_backward += 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                w.in_backward -= 1
+        return backward
+
+    torch.Tensor.backward = wrap(torch.Tensor.backward)
+    torch.autograd.backward = wrap(torch.autograd.backward)
+    torch.autograd.grad = wrap(torch.autograd.grad)
+    rec.step_fields.append(w.take)
+    rec.exit_fields.append(w.tail)
+    return w
