@@ -44,12 +44,34 @@ class Workload(_Strict):
     evaluations: dict[str, Evaluation] = {}
 
 
+class StoreSettings(_Strict):
+    """The kit's artifact store, run outside the ranks for every run of the exercise
+    (``harness.store_service``): its folder in the working dir and its link's rate."""
+
+    root: str = Field("artifacts", pattern=r"^[A-Za-z0-9_][A-Za-z0-9._/-]*$")
+    mib_per_s: float = Field(gt=0, description="the link's rate, MiB/s, shared by every upload")
+    max_object_mib: float = Field(256.0, gt=0)
+
+    @field_validator("root")
+    @classmethod
+    def _root(cls, v: str) -> str:
+        if ".." in v.split("/"):
+            raise ValueError("give a folder inside the working dir, without '..'")
+        return v
+
+    def launch_config(self):
+        from harness.store_service import StoreConfig
+
+        return StoreConfig(root=self.root, mib_per_s=self.mib_per_s, max_object_mib=self.max_object_mib)
+
+
 class RunSettings(_Strict):
     hang_timeout: float = Field(defaults.HANG_TIMEOUT_S, gt=0)
     startup_timeout: float = Field(defaults.STARTUP_TIMEOUT_S, gt=0)
     timeout: float = Field(180.0, gt=0)
     pg_timeout: float | None = Field(None, gt=0)  # torch's own unless the exercise needs a shorter one
     args: list[str] = []
+    store: StoreSettings | None = None  # the exercise's script uses harness.workloads.ArtifactStore
 
 
 def _check_spec_union():
