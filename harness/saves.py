@@ -319,6 +319,38 @@ def _install_dcp(trace: SaveTrace, traced_path: Callable[[str | None], bool], fi
     fsmod.FileSystem.create_stream = create_stream
     fsmod._write_item = write_item
     fsmod._FileSystemWriter.finish = finish
+    _quiet_optimizer_init()
+
+
+def _quiet_optimizer_init() -> None:
+    """DCP's ``get_state_dict`` / ``set_state_dict`` give an optimizer with no state yet its state
+    by calling ``optimizer.step()`` once with zero gradients and a learning rate of 0: torch's own
+    initialisation, no training step (the parameters do not move). The harness's step hooks (and
+    any other global optimizer hook) must not count it: a resume written as the DCP recipe has it
+    would look like one extra step taken from the checkpoint's parameters."""
+    try:
+        from torch.distributed.checkpoint import state_dict as sdmod
+        from torch.optim import optimizer as optmod
+    except Exception:
+        return
+    orig = getattr(sdmod, "_init_optim_state", None)
+    pre = getattr(optmod, "_global_optimizer_pre_hooks", None)
+    post = getattr(optmod, "_global_optimizer_post_hooks", None)
+    if orig is None or not isinstance(pre, dict) or not isinstance(post, dict):
+        return
+
+    @functools.wraps(orig)
+    def init_optim_state(optim, *args, **kwargs):
+        kept = dict(pre), dict(post)
+        pre.clear()
+        post.clear()
+        try:
+            return orig(optim, *args, **kwargs)
+        finally:
+            pre.update(kept[0])
+            post.update(kept[1])
+
+    sdmod._init_optim_state = init_optim_state
 
 
 def _fingerprint_item(data: Any, write_item: Any) -> None:
@@ -521,6 +553,8 @@ def file_history(ops: list[FileOp]) -> dict[str, FileState]:
         put(dst, t, held)
         state(dst).published = True
         w = running.pop(src, None)
+        if w is not None and w.attempt != op.attempt:  # its writer died with an earlier attempt: torn
+            w = None
         if w is not None:  # still being written: it lands in dst, which a reader can already open
             running[dst] = w
             moved[w.key] = dst

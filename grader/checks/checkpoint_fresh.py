@@ -23,8 +23,8 @@ from grader.evidence import RunEvidence
 from grader.evidence.checkpoint import final_checkpoint
 from grader.evidence.fingerprints import FP_RTOL, step_fingerprints
 from grader.evidence.params import strip_wrappers
-from grader.roles import FINGERPRINTS, Role, RunRequest
 from grader.evidence.store import StoreObjects, store_objects
+from grader.roles import FINGERPRINTS, Role, RunRequest
 from harness.saves import FileOp, FileState, Unit
 
 

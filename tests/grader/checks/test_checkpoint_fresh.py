@@ -8,8 +8,20 @@ import torch
 
 from grader.checks import Context, run_check
 from grader.evidence import load_run
-from tests.grader.checks.stall_runs import (DT, STEPS, K, atomic, every, fresh, full_state, judge, make_stall_run,
-                                           t_end, via_store, weights)
+from tests.grader.checks.stall_runs import (
+    DT,
+    STEPS,
+    K,
+    atomic,
+    every,
+    fresh,
+    full_state,
+    judge,
+    make_stall_run,
+    t_end,
+    via_store,
+    weights,
+)
 
 BACKGROUND = [o for s in range(K, STEPS + 1, K)  # written while the next steps run, holding the snapshot's step
               for o in atomic(s, took=1.5 * DT, main=False)]
