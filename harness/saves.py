@@ -610,6 +610,8 @@ class UnitVersion:
     files: dict[str, FileOp]  # relative path in the checkpoint ("" for a single file) -> write
     missing: list[str] = field(default_factory=list)  # files it needs that held nothing complete then
     early: list[FileOp] = field(default_factory=list)  # writes still running when it was published
+    dcp: bool = False  # a DCP checkpoint: its files' tensors carry their full names already
+    keys: list[str] | None = None  # a DCP checkpoint's top-level keys, from its commit
 
     @property
     def complete(self) -> bool:
@@ -631,15 +633,17 @@ class UnitVersion:
         if list(self.files) == [""]:
             return self.files[""]
         fp: dict[str, float] | None = {}
-        keys: set[str] = set(self.by.keys or []) if self.by.op == "commit" else set()
+        keys: set[str] = set(self.keys or [])
         for rel, o in self.files.items():
             stem = rel.rsplit("/", 1)[-1].split(".", 1)[0]
             if o.fp is None and o.op == "save":
                 fp = None
             if fp is not None:
-                prefix = "" if self.by.op == "commit" else f"{stem}."
+                prefix = "" if self.dcp else f"{stem}."
                 fp.update({f"{prefix}{k}": v for k, v in (o.fp or {}).items()})
-            if self.by.op != "commit":
+            if self.dcp:
+                keys.update(k.split(".", 1)[0] for k in (o.fp or {}))
+            else:
                 keys.add(stem)
                 keys.update(o.keys or [])
         return FileOp(rank=self.by.rank, attempt=self.by.attempt, seq=-(abs(self.by.seq) + 1), op="checkpoint",
@@ -688,15 +692,24 @@ def checkpoint_units(ops: list[FileOp], history: dict[str, FileState],
     for d in sorted(dcp):
         u = units[d] = Unit(d, "dcp")
         u.files_seen = {p for p in history if _under(p, d)}
-        mine = [c for c in commits if c.path == d and c.completed]
-        if mine:
-            for c in mine:
-                u.versions.append(_version(d, c, [*(c.files or []), METADATA], history, c.t_end))
-        else:  # no commit traced: each .metadata version lists what was under the folder then
-            for t, made in history.get(f"{d}/{METADATA}", FileState("")).versions:
-                rels = [p[len(d) + 1:] for p in u.files_seen if history[p].held_at(t) is not None
-                        and not p.endswith(".tmp")]
-                u.versions.append(_version(d, made, rels, history, t))
+        def there(t: float, d: str = d, u: Unit = u) -> list[str]:
+            return [p[len(d) + 1:] for p in u.files_seen if history[p].held_at(t) is not None
+                    and not p.endswith(".tmp")]
+
+        found: list[tuple[FileOp, list[str], float, FileOp | None]] = []
+        for c in (c for c in commits if c.path == d and c.completed):
+            found.append((c, [*(c.files or []), METADATA], c.t_end, c))
+        for r in (r for r in ops if r.op == "rename" and r.completed and r.path == d and r.src):
+            # committed elsewhere (a staging folder), then renamed into place: what that commit listed
+            c = max((c for c in commits if c.path == r.src and c.completed and c.t_end <= r.t_end),
+                    key=lambda c: c.t_end, default=None)
+            found.append((r, [*(c.files or []), METADATA] if c is not None else there(r.t_end), r.t_end, c))
+        if not found:  # nothing traced but its .metadata: each version lists what was there then
+            found = [(made, there(t), t, None) for t, made in history.get(f"{d}/{METADATA}", FileState("")).versions]
+        for by, rels, t, c in sorted(found, key=lambda f: f[2]):
+            v = _version(d, by, rels, history, t)
+            v.dcp, v.keys = True, (c.keys if c is not None else None)
+            u.versions.append(v)
         first = min((v.t for v in u.versions if v.complete), default=None)
         if first is not None:
             u.late = [o for o in ops if o.op in _CONTENT and o.path and _under(o.path, d)

@@ -28,7 +28,8 @@ def weights(step: int) -> torch.Tensor:
 
 def make_stall_run(root: Path, dts: list[float] | None = None, saves: list[dict[str, Any]] | None = None,
                    final_ckpt: dict[str, Any] | None = None, fingerprints: bool = True,
-                   events: list[dict[str, Any]] | None = None, store: list[dict[str, Any]] | None = None) -> Path:
+                   events: list[dict[str, Any]] | None = None, store: list[dict[str, Any]] | None = None,
+                   final_files: dict[str, Any] | None = None) -> Path:
     """A finished 2-rank run: step s of rank r ends at sum(dts[:s]); ``saves`` are rank 0's traced
     file operations ({op, path, src, begin, end, step, held, ...} with times in seconds and paths
     relative to the working dir); ``final_ckpt`` is what the script left at out/ckpt.pt; ``store`` the
@@ -59,6 +60,7 @@ def make_stall_run(root: Path, dts: list[float] | None = None, saves: list[dict[
                 held = o.get("held", o["step"])
                 begin["fp"] = o.get("fp", {"model.w": fp(held), "optimizer.state.0.exp_avg": 0.5})
                 begin["keys"] = o.get("keys", ["model", "optimizer", "scheduler", "step"])
+            begin.update(o.get("begin_extra", {}))
             b.save_record(r, **begin)
             if o.get("end") is not None:
                 end = {"a": 0, "seq": seq, "ph": "end", "op": begin["op"], "dur": o["end"] - o["begin"],
@@ -68,11 +70,14 @@ def make_stall_run(root: Path, dts: list[float] | None = None, saves: list[dict[
                 for f in ("id", "sha256"):
                     if f in o:
                         end[f] = o[f]
+                end.update(o.get("end_extra", {}))
                 b.save_record(r, **end)
     for rec in store or []:
         b.store(**{**rec, **{k: str(work / rec[k]) for k in ("root", "path") if k in rec}})
     if final_ckpt is not None:
         b.file("out/ckpt.pt", final_ckpt)
+    for rel, obj in (final_files or {}).items():  # a checkpoint of several files
+        b.file(rel, obj) if not callable(obj) else obj(work / rel)
     return b.build()
 
 

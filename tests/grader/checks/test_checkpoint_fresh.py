@@ -14,6 +14,7 @@ from tests.grader.checks.stall_runs import (
     K,
     atomic,
     every,
+    fp,
     fresh,
     full_state,
     judge,
@@ -194,3 +195,74 @@ def test_a_store_the_manifest_promises_but_the_run_lacks_is_an_environment_failu
     runs = {"main": load_run("main", make_stall_run(tmp_path / "main", saves=ops, final_ckpt=full_state(STEPS)))}
     c = run_check(fresh(copies=["artifacts/"], copy_slack=6), Context(manifest, runs))
     assert not c.passed and c.environment and "no artifact store service" in c.message, c.message
+
+
+def folder_checkpoints(k: int, torn_at: int | None = None) -> list[dict]:
+    """A checkpoint every ``k`` steps as a folder of files (model, optimizer, scheduler), staged
+    under a hidden name and published by one rename of the folder."""
+    ops = []
+    for s in range(k, STEPS + 1, k):
+        b, stage = t_end(s) + 0.001, f"out/.tmp-ckpt-{s}"
+        files = {"model.pt": ({"w": fp(s)}, ["w"]), "optimizer.pt": ({"state.0.exp_avg": 0.5}, ["state", "param_groups"]),
+                 "scheduler.pt": ({}, ["last_epoch", "base_lrs"])}
+        for i, (name, (f, keys)) in enumerate(files.items()):
+            end = b + 0.01 * (i + 1) if s != torn_at or name != "optimizer.pt" else t_end(s + 3)
+            ops.append({"path": f"{stage}/{name}", "begin": b + 0.01 * i, "end": end, "step": s, "fp": f, "keys": keys})
+        ops.append({"op": "rename", "path": "out/ckpt", "src": stage, "begin": b + 0.04, "end": b + 0.041, "step": s,
+                    "begin_extra": {"dir": True}})
+    return sorted(ops, key=lambda o: o["begin"])
+
+
+def dcp_checkpoints(k: int, missing_at: int | None = None) -> list[dict]:
+    """A checkpoint every ``k`` steps as a torch.distributed.checkpoint, committed into a staging
+    folder and renamed into place as out/ckpt."""
+    ops = []
+    for s in range(k, STEPS + 1, k):
+        b, d = t_end(s) + 0.001, f"out/.tmp-ckpt-{s:03d}"
+        shards = {"__0_0.distcp": {"model.w": fp(s)}, "__1_0.distcp": {"optimizer.state.0.exp_avg": 0.5}}
+        for i, (name, f) in enumerate(shards.items()):
+            if s == missing_at and i == 1:
+                continue
+            ops.append({"op": "write", "path": f"{d}/{name}", "begin": b + 0.01 * i, "end": b + 0.01 * (i + 1),
+                        "step": s, "end_extra": {"fp": f}})
+        ops += [{"op": "commit", "path": d, "begin": b + 0.025, "end": b + 0.06, "step": s,
+                 "begin_extra": {"files": list(shards), "keys": ["model", "optimizer", "scheduler", "step"]}},
+                {"op": "write", "path": f"{d}/.metadata.tmp", "begin": b + 0.03, "end": b + 0.04, "step": s},
+                {"op": "rename", "path": f"{d}/.metadata", "src": f"{d}/.metadata.tmp", "begin": b + 0.045,
+                 "end": b + 0.05, "step": s},
+                {"op": "rename", "path": "out/ckpt", "src": d, "begin": b + 0.07, "end": b + 0.071, "step": s,
+                 "begin_extra": {"dir": True}}]
+    return sorted(ops, key=lambda o: o["begin"])
+
+
+FOLDER_FINAL = {"out/ckpt/model.pt": {"w": weights(STEPS)}, "out/ckpt/optimizer.pt": {"state": {}, "param_groups": []},
+                "out/ckpt/scheduler.pt": {"last_epoch": STEPS, "base_lrs": [0.1]}}
+
+
+@pytest.mark.parametrize("ops, passed, says", [
+    (folder_checkpoints(K), True, "out/ckpt held a complete checkpoint at most 10 + 2 steps old"),
+    # published while its optimizer file was still being written: half a checkpoint until it ends
+    (folder_checkpoints(K, torn_at=30), False, "at step 31 there was no complete checkpoint at out/ckpt"),
+    ([o for o in folder_checkpoints(K) if not o["path"].endswith("optimizer.pt")], False, "holds no optimizer"),
+])
+def test_a_folder_checkpoint_is_judged_as_one(tmp_path, ops, passed, says):
+    spec = fresh(path="out/ckpt", require_keys=["model", "optimizer", "scheduler"])
+    c = judge(tmp_path, spec, saves=ops, final_files=FOLDER_FINAL)
+    assert c.passed is passed and says in c.message, c.message
+
+
+def test_a_dcp_checkpoint_is_judged_as_one(tmp_path):
+    from tests.grader.checks.test_checkpoint_layouts import write_dcp
+
+    def final(folder):
+        folder.mkdir(parents=True, exist_ok=True)
+        write_dcp(folder, {"model": {"w": weights(STEPS)}, "optimizer": {"state": {0: {"exp_avg": torch.ones(4)}},
+                                                                          "param_groups": [{"lr": 0.1, "params": [0]}]},
+                           "scheduler": {"last_epoch": STEPS, "base_lrs": [0.1]}, "step": STEPS})
+
+    spec = fresh(path="out/ckpt")
+    c = judge(tmp_path / "whole", spec, saves=dcp_checkpoints(K), final_files={"out/ckpt": final})
+    assert c.passed and "out/ckpt held a complete checkpoint at most 10 + 2 steps old" in c.message, c.message
+    assert c.evidence["targets"]["out/ckpt"]["layout"] == "dcp" and c.evidence["final"]["layout"] == "dcp"
+    c = judge(tmp_path / "missing", spec, saves=dcp_checkpoints(K, missing_at=30), final_files={"out/ckpt": final})
+    assert not c.passed and "at step 31 there was no complete checkpoint at out/ckpt" in c.message, c.message

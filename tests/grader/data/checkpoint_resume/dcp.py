@@ -148,6 +148,9 @@ def main() -> None:
 
     if master_process:
         print(f"done after {step} steps", flush=True)
+    # every rank past its last checkpoint's collectives before the process group goes: on gloo, tearing it
+    # down while a worker thread still frees dcp.save's last broadcast can deadlock (torch 2.13)
+    dist.barrier()
     dist.destroy_process_group()
 
 
