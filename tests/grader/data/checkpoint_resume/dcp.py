@@ -148,9 +148,10 @@ def main() -> None:
 
     if master_process:
         print(f"done after {step} steps", flush=True)
-    # every rank past its last checkpoint's collectives before the process group goes: on gloo, tearing it
-    # down while a worker thread still frees dcp.save's last broadcast can deadlock (torch 2.13)
-    dist.barrier()
+    # DDP's reducer holds the process group: let it go first, so that destroy_process_group is the one to
+    # tear the group down (it waits for gloo's threads without holding the GIL; the reducer's destructor
+    # holds it, and a gloo thread still freeing dcp.save's last broadcast then waits for it forever)
+    del train_state, model
     dist.destroy_process_group()
 
 
