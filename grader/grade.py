@@ -81,7 +81,8 @@ def run_role(ex: Exercise, script_dir: Path, run_dir: Path, role: str, device: s
                        max_restarts=max_restarts, device=device, hang_timeout=m.run.hang_timeout,
                        startup_timeout=m.run.startup_timeout, timeout=m.run.timeout,
                        pg_timeout=m.run.pg_timeout, run_dir=run_dir, cwd=run_dir / "work",
-                       faults=list(faults or []), env=env)
+                       faults=list(faults or []), env=env,
+                       store=m.run.store.launch_config() if m.run.store else None)
     if launch(cfg).status == "interrupted":
         # Ctrl-C or SIGTERM ended this run (the harness ended its ranks and recorded it): the
         # grading stops here instead of going on to the next run

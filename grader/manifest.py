@@ -49,6 +49,27 @@ class Workload(_Strict):
     evaluations: dict[str, Evaluation] = {}
 
 
+class StoreSettings(_Strict):
+    """The kit's artifact store, run outside the ranks for every run of the exercise
+    (``harness.store_service``): its folder in the working dir and its link's rate."""
+
+    root: str = Field("artifacts", pattern=r"^[A-Za-z0-9_][A-Za-z0-9._/-]*$")
+    mib_per_s: float = Field(gt=0, description="the link's rate, MiB/s, shared by every upload")
+    max_object_mib: float = Field(256.0, gt=0)
+
+    @field_validator("root")
+    @classmethod
+    def _root(cls, v: str) -> str:
+        if ".." in v.split("/"):
+            raise ValueError("give a folder inside the working dir, without '..'")
+        return v
+
+    def launch_config(self):
+        from harness.store_service import StoreConfig
+
+        return StoreConfig(root=self.root, mib_per_s=self.mib_per_s, max_object_mib=self.max_object_mib)
+
+
 class RunSettings(_Strict):
     hang_timeout: float = Field(defaults.HANG_TIMEOUT_S, gt=0)
     startup_timeout: float = Field(defaults.STARTUP_TIMEOUT_S, gt=0)
@@ -58,6 +79,7 @@ class RunSettings(_Strict):
     # the fault a proper fix must survive: the gradients of this optimizer step overflow (set to inf
     # on every rank after backward) in every run of a grading, the reference's included
     overflow_at_step: int | None = Field(None, ge=2)
+    store: StoreSettings | None = None  # the exercise's script uses harness.workloads.ArtifactStore
 
 
 def _check_spec_union():

@@ -487,6 +487,9 @@ def _install_faults(rec: Recorder, faults: list[dict[str, Any]]) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
         torch.save = torn_save
+        # the same for the files torch.distributed.checkpoint writes (harness.saves traces them)
+        saves.arm_tear(min(at_save), lambda: rec.step, lambda path: rec.event(
+            "fault", what="sigkill_during_save", step=rec.step, path=path))
 
 
 def describe_exception(exc: BaseException) -> str:

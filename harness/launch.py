@@ -24,7 +24,7 @@ from typing import Any
 
 import psutil
 
-from harness import defaults, rundir
+from harness import defaults, rundir, store_service
 from harness.errors import LaunchError
 from harness.failure import find_failure, launcher_exit_codes
 from harness.monitor import Monitor, Snapshot
@@ -72,6 +72,8 @@ class LaunchConfig:
     faults: list[Fault] = field(default_factory=list)
     cwd: Path | None = None  # where the script runs; None: the caller's directory, as under torchrun
     profile: bool = False  # per-phase step timer and a torch.profiler trace in every rank
+    # the kit's artifact store, run as a service outside the ranks for this launch (harness.store_service)
+    store: store_service.StoreConfig | None = None
 
     def validate(self) -> None:
         if not self.script.is_file():
@@ -85,6 +87,8 @@ class LaunchConfig:
         for name in ("hang_timeout", "startup_timeout", "pg_timeout"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise LaunchError(f"--{name.replace('_', '-')} must be positive")
+        if self.store is not None:
+            self.store.validate()
 
 
 @dataclass
@@ -205,10 +209,19 @@ def launch(
     monitor = Monitor(run_dir, startup_timeout=cfg.startup_timeout, hang_timeout=cfg.hang_timeout,
                       key=key, tee=tee)
     status, hang, exit_code = "failed", None, None
-    with open(run_dir / "launcher.log", "ab") as log:
-        proc = psutil.Popen(cmd, env=build_env(cfg, run_dir, key, device), stdout=log,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            cwd=cwd, start_new_session=True)
+    env = build_env(cfg, run_dir, key, device)
+    store = store_service.start(cfg.store, run_dir, key, cwd) if cfg.store else None
+    if store:
+        env.update(store.env())
+    try:
+        with open(run_dir / "launcher.log", "ab") as log:
+            proc = psutil.Popen(cmd, env=env, stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                cwd=cwd, start_new_session=True)
+    except BaseException:
+        if store:
+            store.stop()
+        raise
     tree = ProcessTree(proc, env_marker=(rundir.RUN_DIR_ENV, str(run_dir)))
     prev_term = _raise_on_sigterm()
     refreshed = 0.0
@@ -244,6 +257,8 @@ def launch(
         _ignore(signal.SIGTERM)
         try:
             tree.terminate()
+            if store:  # after the ranks: what they sent has arrived; store.jsonl ends with store_stop
+                store.stop()
             if exit_code is None:
                 exit_code = proc.poll()  # how the launcher ended when we ended it (None: not known)
             result = _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, device, cwd)

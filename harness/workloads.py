@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
-from harness import instrument
+from harness import instrument, saves, store_client
 
 
 def _record(dataset: str, index: int) -> None:
@@ -219,17 +219,49 @@ class Workload:
 
 
 class ArtifactStore:
-    """The kit's stand-in for a remote artifact store (an object store, a shared network mount): a
-    local folder reached at the bandwidth of a network link, since a local disk is ten times faster
-    than the link a real store is behind. An upload copies the file in under a temporary name,
-    takes as long as ``mb_per_s`` needs for its bytes (waiting on the link, not computing), and
-    then appears under its name whole, as an object-store PUT does."""
+    """The kit's artifact store (an object store behind a network link), as exercise scripts use it.
+
+    Under a launch that runs the store service (``harness.store_service``: the grader's runs of an
+    exercise whose manifest has ``[run.store]``), every call is a request to that service, a
+    separate process outside the rank: an upload sends the file's bytes and returns once the
+    service has read them at its link's rate and published the object whole, as an object-store
+    PUT does. The rate is the service's; ``mb_per_s`` here no longer changes it. ``root`` must be
+    the service's folder (the same path the script always used).
+
+    Outside such a launch (bare ``torchrun``, ``trainwreck run`` of a script without a store), it
+    stands in by itself: a local folder reached at ``mb_per_s`` MiB/s. An upload copies the file in
+    under a temporary name, takes as long as ``mb_per_s`` needs for its bytes (waiting on the link,
+    not computing), and then appears under its name whole.
+
+    Under the harness each upload is traced (``op = "upload"`` in ``saves.jsonl``, with the
+    service's receipt id), so the grader can tell which checkpoint each object holds; whether it
+    counts is decided from the service's own log."""
 
     def __init__(self, root: str, mb_per_s: float = 16.0):
         self.root = root
         self.mb_per_s = mb_per_s
 
+    def _service(self) -> store_client.StoreClient | None:
+        if not store_client.active():
+            return None
+        theirs = store_client.service_root()
+        if theirs is not None and os.path.realpath(self.root) != theirs:
+            raise ValueError(f"ArtifactStore({self.root!r}): the artifact store of this launch keeps its objects "
+                             f"in {theirs}; give that folder as the store's root")
+        return store_client.StoreClient()
+
     def upload(self, path: str, name: str) -> str:
+        dst = os.path.abspath(os.path.join(self.root, name))
+        svc = self._service()
+        if svc is None:
+            saves.traced("upload", os.path.abspath(path), dst, lambda: self._local_upload(path, name))
+        else:
+            saves.traced("upload", os.path.abspath(path), dst, lambda: svc.put(path, name),
+                         end=lambda receipt: {"id": receipt["id"], "bytes": receipt["bytes"],
+                                              "sha256": receipt["sha256"]})
+        return os.path.join(self.root, name)
+
+    def _local_upload(self, path: str, name: str) -> None:
         os.makedirs(self.root, exist_ok=True)
         dst = os.path.join(self.root, name)
         partial = os.path.join(self.root, f".{name}.partial")
@@ -238,16 +270,18 @@ class ArtifactStore:
         transfer = os.path.getsize(partial) / (self.mb_per_s * 2**20)
         time.sleep(max(0.0, transfer - (time.perf_counter() - t0)))
         os.replace(partial, dst)
-        rec = instrument.current()
-        if rec is not None:  # signed, so the grader can tell a store upload from a hand-made copy
-            rec.event("upload", path=os.path.abspath(dst), bytes=os.path.getsize(dst),
-                      dur=time.perf_counter() - t0, step=rec.step)
-        return dst
 
     def list(self) -> list[str]:
+        svc = self._service()
+        if svc is not None:
+            return sorted(svc.list())
         if not os.path.isdir(self.root):
             return []
         return sorted(n for n in os.listdir(self.root) if not n.startswith("."))
 
     def delete(self, name: str) -> None:
-        os.remove(os.path.join(self.root, name))
+        svc = self._service()
+        if svc is not None:
+            svc.delete(name)
+        else:
+            os.remove(os.path.join(self.root, name))

@@ -1,10 +1,18 @@
 """checkpoint_fresh: taking a stall out of the step loop must still leave a fresh, complete
 checkpoint on disk at every step. The save trace is replayed into what each path held at each
 rank-0 step end; which step a file holds is found by matching the per-tensor fingerprints of what
-was serialised against the per-step parameter fingerprints, not from the script."""
+was serialised against the per-step parameter fingerprints, not from the script.
+
+A checkpoint may span several files (a folder published by one rename, a torch.distributed
+checkpoint): when ``path`` names such a folder, it is judged as one, from what all its files held.
+Copies in the kit's artifact store are judged from the store service's own log (a process outside
+the ranks, ``grader/evidence/store.py``), never from what a rank says about its uploads: an object
+counts from the moment the service published it, holding the checkpoint its traced source held,
+and files that reached the store's folder any other way fail the check by name."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -15,8 +23,9 @@ from grader.evidence import RunEvidence
 from grader.evidence.checkpoint import final_checkpoint
 from grader.evidence.fingerprints import FP_RTOL, step_fingerprints
 from grader.evidence.params import strip_wrappers
+from grader.evidence.store import StoreObjects, store_objects
 from grader.roles import FINGERPRINTS, Role, RunRequest
-from harness.saves import FileOp
+from harness.saves import FileOp, FileState, Unit
 
 
 class Spec(CheckSpec):
@@ -35,10 +44,6 @@ class Spec(CheckSpec):
     require_keys: list[str] = []  # top-level keys every checkpoint must hold
     # every checkpoint relied on must be at least this share of the reference run's final checkpoint
     min_size_of_reference: float = Field(0.9, ge=0, le=1)
-    # the kit's ArtifactStore bandwidth (MiB/s): a file in `copies` counts only when the store's
-    # signed upload record shows it took the time that bandwidth needs (so the script's own
-    # bandwidth constant, or a copy made by hand, cannot take the upload's cost away)
-    store_mib_per_s: float | None = Field(None, gt=0)
 
     @field_validator("copies")
     @classmethod
@@ -62,7 +67,7 @@ class _Holdings:
         self._memo: dict[tuple[int, int, int], tuple[int | None, str]] = {}
 
     def step(self, op: FileOp) -> tuple[int | None, str]:
-        k = (op.rank, op.attempt, op.seq)
+        k = op.key
         if k not in self._memo:
             self._memo[k] = self._judge(op)
         return self._memo[k]
@@ -79,8 +84,11 @@ class _Holdings:
         if self.min_bytes is not None and (op.bytes or 0) < self.min_bytes:
             return None, f"it is {(op.bytes or 0) / 2**20:.2f} MiB, less than {spec.min_size_of_reference:.0%} " \
                          "of the reference run's checkpoint"
-        prefix = f"{spec.key}." if spec.key else ""
-        model = {strip_wrappers(n[len(prefix):]): v for n, v in op.fp.items() if n.startswith(prefix)}
+        if op.op == "checkpoint":  # several files: the model is wherever its parameters are
+            model = model_terms(op.fp, self.final_names, f"{spec.key}." if spec.key else "")
+        else:
+            prefix = f"{spec.key}." if spec.key else ""
+            model = {strip_wrappers(n[len(prefix):]): v for n, v in op.fp.items() if n.startswith(prefix)}
         lacking = sorted(self.final_names - set(model))
         if lacking:
             return None, f"it lacks parameters the model trains (e.g. {lacking[0]})"
@@ -93,43 +101,73 @@ class _Holdings:
         return None, "its parameters are none the run had after any step"
 
 
-def _targets(spec, work: Path, paths: list[str]) -> dict[str, tuple[list[str], int]]:
-    """Per target, the traced paths it covers and the slack it is allowed."""
-    out = {}
+def model_terms(fp: dict[str, float], names: set[str], prefer: str = "") -> dict[str, float]:
+    """The model's fingerprint terms in a checkpoint of several files: under the first prefix (the
+    preferred one first, then the shortest) whose entries hold every parameter the model trains."""
+    prefixes = {""}
+    for n in fp:
+        parts = n.split(".")
+        prefixes.update(".".join(parts[:i]) + "." for i in range(1, min(len(parts), 6)))
+    for pre in sorted(prefixes, key=lambda p: (p != prefer, len(p))):
+        model = {strip_wrappers(n[len(pre):]): v for n, v in fp.items() if n.startswith(pre)}
+        if names <= set(model):
+            return model
+    return {}
+
+
+class _Target:
+    """What one place (``path`` or a copy) held over time: files, a checkpoint folder, or the
+    objects of the artifact store."""
+
+    def __init__(self, name: str, slack: int, paths: list[str], states: dict[str, FileState],
+                 unit: Unit | None = None):
+        self.name, self.slack, self.paths, self.states, self.unit = name, slack, paths, states, unit
+
+    def held(self, t: float) -> list[tuple[str, FileOp]]:
+        if self.unit is not None:
+            v = self.unit.held_at(self.states, t)
+            return [(self.unit.path, v.merged())] if v is not None else []
+        return [(p, op) for p in self.paths if (op := self.states[p].held_at(t)) is not None]
+
+
+def _targets(spec, ev: RunEvidence, work: Path, store: StoreObjects | None,
+             evidence: dict[str, Any]) -> tuple[list[_Target], str]:
+    """Per target, what it held, and a problem that fails the check outright (the store's folder
+    written other than through the store)."""
+    out = []
     copy_slack = spec.slack if spec.copy_slack is None else spec.copy_slack
+    history = ev.file_history
+    root = os.path.realpath(ev.store.root) if store is not None and ev.store and ev.store.root else None
     for t in [spec.path, *spec.copies]:
+        slack = spec.slack if t == spec.path else copy_slack
         full = str((work / t).resolve())
+        info: dict[str, Any] = {"slack": slack}
+        evidence["targets"][t] = info
+        if root is not None and t != spec.path and (full == root or full.startswith(root + "/")):
+            info.update(store=True, **store.info)
+            if store.rejected:
+                info["uploads_not_told"] = store.rejected[:5]
+            if store.foreign:
+                info["not_uploaded"] = store.foreign[:10]
+                more = f" (and {len(store.foreign) - 1} more)" if len(store.foreign) > 1 else ""
+                return out, (f"{t}: {store.foreign[0]}{more}: files reach the artifact store only by an upload "
+                             "to it, which the store logs; these did not come through it")
+            paths = [p for p in store.history if p == full or p.startswith(full + "/")]
+            info["files"] = len(paths)
+            out.append(_Target(t, slack, paths, store.history))
+            continue
+        unit = ev.units.get(full)
+        if unit is not None and unit.kind != "file":
+            info.update(files=len(unit.files_seen), layout=unit.kind)
+            out.append(_Target(t, slack, [full], history, unit))
+            continue
         if t.endswith("/"):
-            covered = [p for p in paths if p.startswith(full + "/")]
+            covered = [p for p in history if p.startswith(full + "/")]
         else:
-            covered = [p for p in paths if p == full]
-        out[t] = (covered, spec.slack if t == spec.path else copy_slack)
-    return out
-
-
-def _through_store(ev: RunEvidence, paths: list[str], mib_per_s: float,
-                   info: dict[str, Any]) -> tuple[list[str], str]:
-    """The paths the artifact store's signed upload records vouch for, and a problem when an upload
-    took less time than the store's bandwidth needs for its bytes."""
-    uploads: dict[str, list[tuple[int, float]]] = {}
-    for r in ev.ranks:
-        for e in ev.events(r):
-            if e.get("kind") == "upload":
-                uploads.setdefault(e.get("path"), []).append((int(e.get("bytes") or 0), float(e.get("dur") or 0)))
-    fastest = max((((b / 2**20) / d if d > 0 else float("inf"), b, d)
-                   for p in paths for b, d in uploads.get(p, []) if b), default=None)
-    if fastest is not None and fastest[0] > 1.05 * mib_per_s:
-        rate, b, d = fastest
-        info["fastest_upload_mib_per_s"] = rate
-        return paths, (f"an upload of {b / 2**20:.1f} MiB took {d:.3f} s ({rate:.0f} MiB/s); the artifact "
-                       f"store's link carries {mib_per_s:g} MiB/s")
-    kept = [p for p in paths if p in uploads]
-    # hidden names are the store's own partial uploads, never what a reader of the store sees
-    stray = [Path(p).name for p in paths if p not in uploads and not Path(p).name.startswith(".")]
-    if stray:
-        info["not_uploaded"] = stray[:5]
-        info["files_not_uploaded"] = len(stray)
-    return kept, ""
+            covered = [p for p in history if p == full]
+        info["files"] = len(covered)
+        out.append(_Target(t, slack, covered, history))
+    return out, ""
 
 
 def judge(spec: Spec, ctx: Context) -> CheckResult:
@@ -151,36 +189,35 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     ref = ctx.runs.get("reference")
     ref_ckpt = Path(ref.run_dir) / "work" / spec.path if ref is not None else None
     if spec.min_size_of_reference > 0 and ref_ckpt is not None and ref_ckpt.exists():
-        min_bytes = int(spec.min_size_of_reference * ref_ckpt.stat().st_size)
+        min_bytes = int(spec.min_size_of_reference * _size(ref_ckpt))
         evidence["min_bytes"] = min_bytes
     holdings = _Holdings(spec, ev, {strip_wrappers(n) for n in final}, min_bytes)
-    history = ev.file_history
     work = (Path(ev.run_dir) / "work").resolve()
+    store = store_objects(ev)
+    wants_store = getattr(getattr(ctx.manifest, "run", None), "store", None) is not None
+    if wants_store and store is None:
+        return CheckResult(name, False, "the main run had no artifact store service (the manifest's [run.store]), "
+                           "so which copies reached the store cannot be told", evidence, environment=True)
     # rank 0's step ends, last attempt: the moments a checkpoint must have existed
     last = max((int(r.get("attempt", 0)) for r in ev.events(0) if r.get("kind") == "step"), default=0)
     ends = [(int(r["step"]), float(r["t"])) for r in ev.events(0)
             if r.get("kind") == "step" and int(r.get("attempt", 0)) == last]
     evidence["targets"] = {}
-    for target, (paths, slack) in _targets(spec, work, list(history)).items():
-        info: dict[str, Any] = {"files": len(paths), "slack": slack}
-        evidence["targets"][target] = info
-        if target != spec.path and spec.store_mib_per_s:
-            paths, problem = _through_store(ev, paths, spec.store_mib_per_s, info)
-            if problem:
-                return CheckResult(name, False, f"{target}: {problem}", evidence)
-        seen: dict[int, int | None] = {}  # save seq -> step held, for the evidence
+    targets, problem = _targets(spec, ev, work, store, evidence)
+    if problem:
+        return CheckResult(name, False, problem, evidence)
+    for tg in targets:
+        target, slack, info = tg.name, tg.slack, evidence["targets"][tg.name]
+        seen: dict[tuple, int | None] = {}  # write -> step held, for the evidence
         rejected: list[str] = []
         late: list[tuple[int, int | None]] = []
         for s, t in ends:
             if s < k + slack:
                 continue
             best = None
-            for p in paths:
-                op = history[p].held_at(t)
-                if op is None:
-                    continue
+            for p, op in tg.held(t):
                 held, why = holdings.step(op)
-                seen[op.seq] = held
+                seen[op.key] = held
                 if held is None:
                     rejected.append(f"{Path(p).name} (written at step {op.step}): {why}")
                 elif best is None or held > best:
@@ -193,9 +230,10 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
             info.update(late_steps=len(late), first_late_step=s)
             if best is None:
                 why = f"; {rejected[0]}" if rejected else ""
-                if info.get("files_not_uploaded"):
-                    why += (f"; {info['files_not_uploaded']} file(s) there (e.g. {info['not_uploaded'][0]}) "
-                            "did not come through the artifact store")
+                if info.get("uploads_not_told"):
+                    why += f"; the store's uploads hold no state the grader can tell: {info['uploads_not_told'][0]}"
+                elif info.get("store") and not info.get("uploads"):
+                    why += "; nothing was uploaded to the artifact store"
                 msg = f"at step {s} there was no complete checkpoint at {target} holding a known state{why}"
             else:
                 msg = (f"at step {s} the newest complete checkpoint at {target} held step {best}: "
@@ -214,6 +252,12 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     return CheckResult(name, True, f"at every step from {k + spec.slack} on, {allowed} (states of steps "
                        f"{', '.join(map(str, steps[:6]))}{', ...' if len(steps) > 6 else ''}); at the end "
                        f"{spec.path} loads and holds the final parameters", evidence)
+
+
+def _size(path: Path) -> int:
+    if path.is_dir():
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
+    return path.stat().st_size
 
 
 CHECK = Check("checkpoint_fresh", Spec, judge, runs=runs, needs_reference=lambda spec: True)

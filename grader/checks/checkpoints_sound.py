@@ -1,26 +1,35 @@
 """checkpoints_sound: the checkpoints a script writes, judged from outside it.
 
 Evidence: the save trace (``harness/saves.py``: every ``torch.save``, rename, copy and
-``torch.load`` of a file, per rank, signed), the files left in each run's working directory, and
-the parameter fingerprints the bootstrap records around a restart. Runs judged: ``main`` and the
-restarted ones, ``resume`` (a rank SIGKILLed between checkpoints) and ``resume_save`` (every rank's
-first checkpoint write after a step torn half-way by a SIGKILL).
+``torch.load`` of a file, and every file ``torch.distributed.checkpoint`` writes or reads, per rank,
+signed), the files left in each run's working directory, and the parameter fingerprints the
+bootstrap records around a restart. Runs judged: ``main`` and the restarted ones, ``resume`` (a
+rank SIGKILLed between checkpoints) and ``resume_save`` (every rank's first checkpoint write after
+a step torn half-way by a SIGKILL).
 
-A run passes when
-- every checkpoint file on disk at its end loads with ``torch.load(weights_only=True)``, and those
-  a restart read hold what the manifest requires (model parameters, optimizer state, scheduler
-  state: recognised by content, not by key names);
+A checkpoint is what a restart reads as one (``harness.saves.checkpoint_units``): a single file, a
+folder of files published by one rename (model, optimizer, scheduler, trainer state, as the HF
+Trainer lays it out), or a DCP folder (per-rank files and the ``.metadata`` that lists them,
+written last). A run passes when
+
+- every checkpoint on disk at its end loads as a whole (a file with ``torch.load(weights_only=True)``,
+  a DCP folder with every file its metadata lists), and what each restart read, all of it together,
+  holds what the manifest requires (model parameters, optimizer state that is not hollow, scheduler
+  state: recognised by content, not by key or file names);
 - no file was written by more than one rank;
-- no file a restart reads was ever written in place (``torch.save`` or a copy straight into it), so
-  a reader can never meet a half-written one;
+- no file a restart reads was ever written in place (``torch.save`` or a copy straight into it), no
+  folder was published while a file in it was still being written or written into after, and no
+  DCP checkpoint was committed while a file its metadata lists held nothing complete, so a reader
+  can never meet a half-written checkpoint;
 - each restart completed, and began from the newest checkpoint that was complete on disk when it
   began: not from the initial parameters (checkpointing or resume disabled), not from an older one.
   Where it began comes from parameter fingerprints, not from anything the script says.
 
-"Checkpoint files" are the files a restart read (in any run of the grading, by their path in the
-working directory), the files a rename or copy published, and the files written in place by a rank
-that renamed nothing in that run. A staging file left half-written by the kill is not one: nothing
-reads it. Files written by other means than the traced calls are not seen (``docs/run-dir.md``).
+"Checkpoints" are those a restart read (in any run of the grading, by their path in the working
+directory), those a rename or copy published (DCP folders and folders renamed into place included),
+and files written in place by a rank that renamed nothing in that run. A staging file or folder
+left half-written by the kill is not one: nothing reads it. Files written by other means than the
+traced calls are not seen (``docs/run-dir.md``).
 """
 
 from __future__ import annotations
@@ -33,13 +42,12 @@ from pydantic import Field
 
 from grader.checks.base import Check, CheckResult, CheckSpec, Context, need
 from grader.evidence import RunEvidence
-from grader.evidence.checkpoint import CHECKPOINT_CAP
 from grader.evidence.fingerprints import resume_point
+from grader.evidence.layouts import LayoutError, load_checkpoint
 from grader.evidence.params import strip_wrappers
-from grader.files import why_not_readable
 from grader.roles import FINGERPRINTS, Role, RunRequest
 from harness.launch import Fault
-from harness.saves import FileOp
+from harness.saves import FileOp, Unit, unit_of
 
 RESTARTS = {Role.RESUME: "killed mid-run", Role.RESUME_SAVE: "killed during a checkpoint write"}
 
@@ -82,23 +90,42 @@ def _rel(path: str, work: str) -> str:
     return os.path.relpath(real, work) if real.startswith(work + os.sep) else real
 
 
-def _read_paths(runs: dict[str, RunEvidence]) -> set[str]:
-    """Files a restarted attempt loaded, in any run, relative to the working directory."""
-    out = set()
-    for ev in runs.values():
-        work = _work(ev)
-        out |= {_rel(op.path, work) for op in ev.file_loads if op.attempt > 0 and op.path}
+def _loaded_units(ev: RunEvidence) -> dict[tuple[int, int], dict[str, set[str]]]:
+    """Per restarted attempt (rank, attempt): the checkpoints it read (relative path) and, for each,
+    the files of it that it read (relative to the checkpoint; "" for a single file)."""
+    work = _work(ev)
+    out: dict[tuple[int, int], dict[str, set[str]]] = {}
+    for op in ev.file_loads:
+        if op.attempt < 1 or not op.path:
+            continue
+        u = unit_of(op.path, ev.units)
+        top = u.path if u is not None else op.path
+        inner = "" if top == op.path else op.path[len(top) + 1:]
+        out.setdefault((op.rank, op.attempt), {}).setdefault(_rel(top, work), set()).add(inner)
     return out
 
 
-def checkpoint_files(ev: RunEvidence, read: set[str]) -> set[str]:
-    """The run's checkpoint files (relative paths), whether or not they still exist: see above."""
+def _read_paths(runs: dict[str, RunEvidence]) -> set[str]:
+    """Checkpoints a restarted attempt read, in any run, relative to the working directory."""
+    return {rel for ev in runs.values() for units in _loaded_units(ev).values() for rel in units}
+
+
+def checkpoint_units(ev: RunEvidence, read: set[str]) -> dict[str, Unit]:
+    """The run's checkpoints (relative path -> unit), whether or not they still exist: see above."""
     work = _work(ev)
-    ops = [o for o in ev.file_ops if o.path]
-    renamers = {o.rank for o in ops if o.op == "rename"}
-    published = {_rel(o.path, work) for o in ops if o.op in ("rename", "copy") and o.completed}
-    in_place = {_rel(o.path, work) for o in ops if o.op in ("save", "copy") and o.rank not in renamers}
-    return read | published | in_place
+    renamers = {o.rank for o in ev.file_ops if o.op == "rename"}
+    out = {}
+    for path, u in ev.units.items():
+        rel = _rel(path, work)
+        if u.kind != "file":
+            keep = rel in read or bool(u.versions)
+        else:
+            st = ev.file_history.get(path)
+            keep = rel in read or bool(st and st.published) or any(
+                o.op in ("save", "copy") and o.rank not in renamers for o in ev.file_ops if o.path == path)
+        if keep:
+            out[rel] = u
+    return out
 
 
 class Problems:
@@ -126,7 +153,7 @@ class Problems:
 
 # -- what a checkpoint holds, by content -----------------------------------------------------------
 
-def _find(obj: Any, pred, depth: int = 3) -> bool:
+def _find(obj: Any, pred, depth: int = 4) -> bool:
     if pred(obj):
         return True
     if depth == 0:
@@ -149,8 +176,49 @@ def _is_model(expected: dict[str, tuple] | None):
     return pred
 
 
+def _looks_like_optimizer(d: Any) -> bool:
+    """An optimizer's state dict: ``param_groups`` (dicts of hyperparameters) and ``state`` (a DCP
+    checkpoint of an empty ``state`` has no entry for it at all)."""
+    if not isinstance(d, dict) or not isinstance(d.get("param_groups"), list) or not d["param_groups"]:
+        return False
+    if not all(isinstance(g, dict) and ("params" in g or "lr" in g) for g in d["param_groups"]):
+        return False
+    return isinstance(d.get("state", {}), dict)
+
+
+# hyperparameters by which an optimizer's param_groups say it keeps state per parameter: Adam and
+# its kin (betas), RMSprop (alpha), Adagrad (lr_decay), Adadelta (rho), Rprop (etas), ASGD (lambd);
+# SGD only with momentum
+_STATEFUL = ("betas", "alpha", "lr_decay", "initial_accumulator_value", "rho", "etas", "lambd")
+
+
+def hollow_optimizer(d: Any) -> str | None:
+    """Why an optimizer state dict holds none of the per-parameter state its optimizer keeps (None:
+    it holds some, or its optimizer keeps none)."""
+    groups = [g for g in d.get("param_groups", []) if isinstance(g, dict)]
+    keeps = sorted({k for g in groups for k in _STATEFUL if k in g}
+                   | ({"momentum"} if any((g.get("momentum") or 0) > 0 for g in groups) else set()))
+    if not keeps:
+        return None
+
+    def has_tensor(x: Any, key: str = "") -> bool:
+        if hasattr(x, "shape") and key != "step":
+            return True
+        if isinstance(x, dict):
+            return any(has_tensor(v, str(k)) for k, v in x.items())
+        if isinstance(x, (list, tuple)):
+            return any(has_tensor(v) for v in x)
+        return False
+
+    if has_tensor(d.get("state", {})):
+        return None
+    n = len(d.get("state", {}))
+    what = "no per-parameter state" if not n else f"state for {n} parameters but no tensors in it (step counts only)"
+    return f"its param_groups are an optimizer's that keeps per-parameter state ({', '.join(keeps)}), and it holds {what}"
+
+
 def _is_optimizer(d: Any) -> bool:
-    return isinstance(d, dict) and isinstance(d.get("state"), dict) and isinstance(d.get("param_groups"), list)
+    return _looks_like_optimizer(d) and hollow_optimizer(d) is None
 
 
 def _is_scheduler(d: Any) -> bool:
@@ -158,9 +226,30 @@ def _is_scheduler(d: Any) -> bool:
 
 
 def missing_state(obj: Any, require: list[str], expected: dict[str, tuple] | None) -> list[str]:
+    """What of ``require`` the object lacks, each as the phrase "holds no ..." ends with."""
     preds = {"model": _is_model(expected), "optimizer": _is_optimizer, "scheduler": _is_scheduler}
     what = {"model": "model parameters", "optimizer": "optimizer state", "scheduler": "LR scheduler state"}
-    return [what[k] for k in require if not _find(obj, preds[k])]
+    out = []
+    for k in require:
+        if _find(obj, preds[k]):
+            continue
+        if k == "optimizer":
+            why = _first_hollow(obj)
+            if why:
+                out.append(f"optimizer state (the one it holds is hollow: {why})")
+                continue
+        out.append(what[k])
+    return out
+
+
+def _first_hollow(obj: Any, depth: int = 4) -> str | None:
+    """Why the first optimizer state dict in ``obj`` is hollow (None: none is)."""
+    if _looks_like_optimizer(obj):
+        return hollow_optimizer(obj)
+    if depth == 0:
+        return None
+    values = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()
+    return next((w for v in values if (w := _first_hollow(v, depth - 1))), None)
 
 
 def _summary(obj: Any) -> str:
@@ -170,37 +259,69 @@ def _summary(obj: Any) -> str:
     return f"a {type(obj).__name__}"
 
 
-def _load(path: Path) -> tuple[Any, str | None]:
-    import torch
-
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True), None
-    except Exception as e:  # a torn zip, a truncated pickle, or objects the safe loader refuses
-        return None, f"{type(e).__name__}: {str(e).strip().splitlines()[0][:160] if str(e).strip() else ''}"
+_LAYOUT = {"dcp": " (a torch.distributed.checkpoint)", "dir": " (a folder of files)", "file": ""}
 
 
-# -- the parts of the verdict ----------------------------------------------------------------------
+class _Loaded:
+    """Each checkpoint of a run loaded once, as a whole or by the files a restart read of it."""
 
-def _files(role: str, ev: RunEvidence, read: set[str], spec, expected, problems: Problems) -> dict[str, Any]:
-    work = Path(_work(ev))
+    def __init__(self, ev: RunEvidence):
+        self.work = Path(_work(ev))
+        self.cache: dict[tuple[str, tuple[str, ...] | None], tuple[Any, str | None]] = {}
+
+    def get(self, rel: str, unit: Unit | None, files: set[str] | None = None) -> tuple[Any, str | None]:
+        """``files``: for a folder, only these of its files (relative); every traced one when None."""
+        kind = unit.kind if unit is not None else "file"
+        names = None
+        if kind == "dir":
+            names = sorted(files - {""}) if files else sorted(
+                p[len(unit.path) + 1:] for p in unit.files_seen if os.path.lexists(p))
+        k = (rel, tuple(names) if names is not None else None)
+        if k not in self.cache:
+            try:
+                self.cache[k] = (load_checkpoint(self.work / rel, self.work, names), None)
+            except LayoutError as e:
+                self.cache[k] = (None, str(e))
+        return self.cache[k]
+
+
+def _files(role: str, ev: RunEvidence, read: set[str], spec, expected, problems: Problems,
+           loaded: _Loaded) -> dict[str, Any]:
+    """Every checkpoint on disk at the end loads as a whole; what each restart read holds the state."""
     out: dict[str, Any] = {}
-    for rel in sorted(checkpoint_files(ev, read)):
-        path = work / rel
-        if not os.path.lexists(path) or os.path.isdir(path):
+    for rel, unit in sorted(checkpoint_units(ev, read).items()):
+        path = loaded.work / rel
+        if not os.path.lexists(path) or (unit.kind == "file" and os.path.isdir(path)):
             continue
-        why = why_not_readable(path, within=work, cap=CHECKPOINT_CAP)
-        obj, err = (None, f"the file {why}") if why else _load(path)
-        info: dict[str, Any] = {"loads": err is None, "read_by_a_restart": rel in read}
+        obj, err = loaded.get(rel, unit)
+        info: dict[str, Any] = {"loads": err is None, "read_by_a_restart": rel in read, "layout": unit.kind}
         if err:
             info["error"] = err
-            problems.add("files", f"{rel} on disk at the end of the {role} run does not load ({err})")
-        elif rel in read:
-            lacks = missing_state(obj, spec.require, expected)
-            if lacks:
-                info["lacks"] = lacks
-                problems.add("files", f"{rel}, a file a restart loads, holds no {' and no '.join(lacks)} "
-                             f"(it holds {_summary(obj)})")
+            problems.add("files", f"{rel}{_LAYOUT[unit.kind]} on disk at the end of the {role} run does not load "
+                                  f"({err})")
         out[rel] = info
+    said: set[tuple[str, ...]] = set()
+    for (rank, _attempt), units in sorted(_loaded_units(ev).items()):
+        whole: dict[str, Any] = {}
+        for rel, files in sorted(units.items()):
+            unit = ev.units.get(str(loaded.work / rel))
+            obj, err = loaded.get(rel, unit, files if unit is not None and unit.kind == "dir" else None)
+            if err is None:
+                whole[rel] = obj
+        if not whole:
+            continue  # nothing it read loads now: the files problem above says so
+        lacks = missing_state(whole, spec.require, expected)
+        names = tuple(sorted(whole))
+        if lacks and names not in said:
+            said.add(names)
+            for rel in names:
+                out.setdefault(rel, {})["lacks"] = lacks
+            if len(names) == 1 and (ev.units.get(str(loaded.work / names[0])) or Unit("", "file")).kind == "file":
+                problems.add("files", f"{names[0]}, a file a restart loads, holds no {' and no '.join(lacks)} "
+                             f"(it holds {_summary(whole[names[0]])})")
+            else:
+                problems.add("files", f"what rank {rank}'s restart in the {role} run loaded ({', '.join(names)}) "
+                             f"holds no {' and no '.join(lacks)}")
     return out
 
 
@@ -230,14 +351,18 @@ def _writers(role: str, ev: RunEvidence, problems: Problems) -> dict[str, list[i
 
 
 def _in_place(role: str, ev: RunEvidence, read: set[str], problems: Problems) -> list[dict[str, Any]]:
-    """Writes straight into a file a restart reads, and writes into a checkpoint file that never
-    finished (whether or not anything read it afterwards)."""
+    """Writes straight into a file a restart reads, writes into a checkpoint file that never
+    finished (whether or not anything read it afterwards), and checkpoints of several files that a
+    reader could meet half-written: a folder published while a file in it was still being written,
+    or written into after; a DCP checkpoint committed while a file it lists held nothing complete,
+    or rewritten in place."""
     work = _work(ev)
-    ckpts = checkpoint_files(ev, read)
+    units = checkpoint_units(ev, read)
+    files = {r for r, u in units.items() if u.kind == "file"}
     found = []
     writes = [o for o in ev.file_ops if o.op in ("save", "copy") and o.path]
-    torn = [o for o in writes if o.t_end is None and _rel(o.path, work) in ckpts]
-    direct = [o for o in writes if o.t_end is not None and _rel(o.path, work) in read]
+    torn = [o for o in writes if o.t_end is None and _rel(o.path, work) in files]
+    direct = [o for o in writes if o.t_end is not None and _rel(o.path, work) in read and _rel(o.path, work) in files]
     for o in torn + direct[:1]:
         found.append({"path": _rel(o.path, work), "rank": o.rank, "step": o.step, "attempt": o.attempt,
                       "op": o.op, "finished": o.t_end is not None})
@@ -251,11 +376,33 @@ def _in_place(role: str, ev: RunEvidence, read: set[str], problems: Problems) ->
         o = direct[0]
         problems.add("in_place", f"{_call(o)} wrote straight into {_rel(o.path, work)}, a file a restart loads "
                      f"(rank {o.rank} at step {o.step}, {role} run)")
+    for rel, u in sorted(units.items()):
+        if u.kind == "file":
+            continue
+        what = "committed (its .metadata written" if u.kind == "dcp" else "published (renamed into place"
+        for v in u.versions:
+            if v.early:
+                w = v.early[0]
+                found.append({"path": rel, "early": _rel(w.path, work), "rank": w.rank, "step": v.by.step})
+                problems.add("torn", f"in the {role} run {rel} was {what} at step {v.by.step}) while "
+                             f"{Path(w.path).name} in it was still being written (rank {w.rank})")
+            elif v.missing:
+                found.append({"path": rel, "missing": v.missing[:5], "step": v.by.step})
+                listed = ", which its metadata lists," if u.kind == "dcp" else ""
+                problems.add("torn", f"in the {role} run {rel} was {what} at step {v.by.step}) while "
+                             f"{v.missing[0]}{listed} held nothing complete")
+        if u.late:
+            o = u.late[0]
+            found.append({"path": rel, "late": _rel(o.path, work), "rank": o.rank, "step": o.step,
+                          "finished": o.t_end is not None})
+            problems.add("in_place", f"{_call(o)} wrote into {_rel(o.path, work)} after {rel} was "
+                         f"{'committed' if u.kind == 'dcp' else 'published'} (rank {o.rank} at step {o.step}, "
+                         f"{role} run): a reader of the checkpoint could meet it half-written")
     return found
 
 
 def _call(o: FileOp) -> str:
-    return {"save": "torch.save", "copy": "file copy"}.get(o.op, o.op)
+    return {"save": "torch.save", "copy": "file copy", "write": "DCP write", "rename": "rename"}.get(o.op, o.op)
 
 
 def _restart(role: str, ev: RunEvidence, read: set[str], problems: Problems) -> dict[str, Any]:
@@ -266,7 +413,8 @@ def _restart(role: str, ev: RunEvidence, read: set[str], problems: Problems) -> 
     info["attempts"] = attempts
     if attempts < 2:
         if faults and faults[0].get("when") == "save":
-            problems.add("restart", f"no rank began a checkpoint write (torch.save to a file) at or after step "
+            problems.add("restart", f"no rank began a checkpoint write (torch.save to a file, or a file of a "
+                         f"torch.distributed.checkpoint) at or after step "
                          f"{faults[0]['step']} in the {role} run, so the job was never killed during one")
         else:
             f = faults[0] if faults else {"rank": "?", "step": "?"}
@@ -284,15 +432,11 @@ def _restart(role: str, ev: RunEvidence, read: set[str], problems: Problems) -> 
     # The newest checkpoint complete on disk when the restart began.
     t_restart = min((r["t"] for rank in ev.ranks for r in ev.events(rank)
                      if r.get("attempt", 0) >= 1 and "t" in r), default=float("inf"))
-    work = _work(ev)
-    ckpts = checkpoint_files(ev, read)
     newest: tuple[int, str] | None = None
-    for path, st in ev.file_history.items():
-        if _rel(path, work) not in ckpts:
-            continue
-        for t, made in st.versions:
-            if made.attempt == 0 and t < t_restart and (newest is None or made.step > newest[0]):
-                newest = (made.step, _rel(path, work))
+    for rel, unit in checkpoint_units(ev, read).items():
+        for v in unit.complete_versions():
+            if v.attempt == 0 and v.t < t_restart and (newest is None or v.step > newest[0]):
+                newest = (v.step, rel)
     info["newest_checkpoint_step"] = newest[0] if newest else None
     points = {r: resume_point(ev, r) for r in sorted(ev.ranks)}
     info["resumed_from_step"] = points
@@ -337,15 +481,17 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
             e["restart"] = _restart(role, ev, read, problems)
         e["shared_files"] = _writers(role, ev, problems)
         e["written_in_place"] = _in_place(role, ev, read, problems)
-        e["files"] = _files(role, ev, read, spec, expected, problems)
+        e["files"] = _files(role, ev, read, spec, expected, problems, _Loaded(ev))
     if problems:
         evidence["problems"] = problems.all()
         return CheckResult(name, False, problems.message(), evidence)
     n = sum(len(e["files"]) for e in evidence["runs"].values())
     restarts = ", ".join(r for r in runs if r in RESTARTS)
-    return CheckResult(name, True, f"{n} checkpoint files over {len(runs)} runs load, each written by one rank "
-                       f"and never in place where a restart reads; the restarts ({restarts}) began from the "
-                       "newest complete checkpoint", evidence)
+    layouts = sorted({i.get("layout", "file") for e in evidence["runs"].values() for i in e["files"].values()})
+    kinds = {"file": "files", "dir": "folders of files", "dcp": "torch.distributed.checkpoint folders"}
+    return CheckResult(name, True, f"{n} checkpoints ({', '.join(kinds[k] for k in layouts)}) over {len(runs)} runs "
+                       f"load, each file written by one rank and never in place where a restart reads; the restarts "
+                       f"({restarts}) began from the newest complete checkpoint", evidence)
 
 
 CHECK = Check("checkpoints_sound", Spec, judge, runs=runs)

@@ -43,6 +43,25 @@ def _steps_list(steps: list[tuple[int, float]], limit: int = 3) -> str:
     return f"step{'s' if len(steps) > 1 else ''} {shown}{more} took {took}"
 
 
+def _during_uploads(ev: RunEvidence, rank: int, slow: list[int], evidence: dict[str, Any]) -> str:
+    """How many slow steps overlapped an upload the artifact store service logged (its own clock,
+    outside the ranks), as evidence of what the step loop was waiting for."""
+    puts = [(float(p["t0"]), float(p["t1"])) for p in (ev.store.puts if ev.store else [])
+            if p.get("status") == "ok" and "t0" in p and "t1" in p]
+    if not puts or not slow:
+        return ""
+    last = max((int(e.get("attempt", 0)) for e in ev.events(rank) if e.get("kind") == "step"), default=0)
+    spans = {int(e["step"]): (float(e["t"]) - float(e.get("dt", 0)), float(e["t"])) for e in ev.events(rank)
+             if e.get("kind") == "step" and int(e.get("attempt", 0)) == last}
+    hit = [s for s in slow if s in spans and any(a < spans[s][1] and b > spans[s][0] for a, b in puts)]
+    evidence["slow_steps_during_uploads"] = hit[:50]
+    if not hit:
+        return ""
+    lo, hi = min(b - a for a, b in puts), max(b - a for a, b in puts)
+    return (f"; the artifact store was receiving an upload during {len(hit)} of them (its own log: "
+            f"{lo:.2f}-{hi:.2f} s per upload)")
+
+
 def judge(spec: Spec, ctx: Context) -> CheckResult:
     name = "step_time_tail"
     ev = need(ctx, name, "main")
@@ -74,6 +93,7 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     if ratio > bound:
         slow = slow_by_rank[r]
         what = f": {_steps_list(slow)} against a median of {info['p50_s']:.3f} s" if slow else ""
+        what += _during_uploads(ev, r, [s for s, _ in slow], evidence)
         return CheckResult(name, False, f"rank {r}'s p99 step time is {ratio:.1f}x its median (p50 "
                            f"{info['p50_s']:.3f} s, p99 {info['p99_s']:.3f} s, max {info['max_s']:.3f} s; "
                            f"bound {bound:g}x){what}", evidence)

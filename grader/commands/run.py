@@ -91,7 +91,7 @@ def _config_for(target: str | None, script_args: list[str], **opts) -> LaunchCon
         run = ex.manifest.run
         settings = {"nproc": ex.manifest.world_size, "hang_timeout": run.hang_timeout,
                     "startup_timeout": run.startup_timeout, "timeout": run.timeout,
-                    "pg_timeout": run.pg_timeout}
+                    "pg_timeout": run.pg_timeout, "store": run.store.launch_config() if run.store else None}
         script_args = script_args or list(run.args)
     for k, v in opts.items():
         if v is not None:
@@ -132,5 +132,6 @@ def _practice_script(target: str | None) -> tuple[Path, dict, list[str], Path] |
         raise UserError(f"{script} is missing; `trainwreck reset` puts the shipped one back")
     run = ex.manifest.run
     settings = {"nproc": ex.manifest.world_size, "hang_timeout": run.hang_timeout,
-                "startup_timeout": run.startup_timeout, "timeout": run.timeout, "pg_timeout": run.pg_timeout}
+                "startup_timeout": run.startup_timeout, "timeout": run.timeout, "pg_timeout": run.pg_timeout,
+                "store": run.store.launch_config() if run.store else None}
     return script, settings, list(run.args), ws.root

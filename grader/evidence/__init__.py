@@ -11,6 +11,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from grader.evidence.store import StoreLog, read_store
 from harness import rundir, saves
 from harness.observe import RankObservation, observe_rank
 
@@ -60,21 +61,48 @@ class RunEvidence:
         return rundir.read_records(path, self.key).valid
 
     @cached_property
+    def _save_records(self) -> dict[int, list[dict[str, Any]]]:
+        return {r: rundir.read_records(rundir.rank_dir(self.run_dir, r) / rundir.SAVES, self.key).valid
+                for r in self.ranks}
+
+    @cached_property
     def file_ops(self) -> list[saves.FileOp]:
-        """Every traced torch.save / rename / copy of the script, on every rank, in start order."""
-        return saves.file_ops({r: rundir.read_records(rundir.rank_dir(self.run_dir, r) / rundir.SAVES,
-                                                      self.key).valid for r in self.ranks})
+        """Every traced write of the script (torch.save, rename, copy, a file DCP wrote), on every
+        rank, in start order."""
+        return saves.file_ops(self._save_records)
 
     @cached_property
     def file_loads(self) -> list[saves.FileOp]:
-        """Every traced torch.load of a file by the script, on every rank, in start order."""
-        return saves.file_ops({r: rundir.read_records(rundir.rank_dir(self.run_dir, r) / rundir.SAVES,
-                                                      self.key).valid for r in self.ranks}, kinds=("load",))
+        """Every traced torch.load of a file (and every file DCP read) by the script, on every rank,
+        in start order."""
+        return saves.file_ops(self._save_records, kinds=("load",))
+
+    @cached_property
+    def file_commits(self) -> list[saves.FileOp]:
+        """DCP checkpoints finished by their coordinator: folder, files listed, keys."""
+        return saves.file_ops(self._save_records, kinds=("commit",))
+
+    @cached_property
+    def file_uploads(self) -> list[saves.FileOp]:
+        """The script's calls of ArtifactStore.upload, as the rank traced them (with the store
+        service's receipt id); whether they count is the store's log's to say (``store``)."""
+        return saves.file_ops(self._save_records, kinds=("upload",))
 
     @cached_property
     def file_history(self) -> dict[str, saves.FileState]:
         """Per destination path, what the trace shows was on disk when (one replay, shared by checks)."""
         return saves.file_history(self.file_ops)
+
+    @cached_property
+    def units(self) -> dict[str, saves.Unit]:
+        """The checkpoints the trace saw, each as a restart reads it: a file, a folder published by
+        one rename, or a DCP folder (``harness.saves.checkpoint_units``)."""
+        return saves.checkpoint_units(self.file_ops, self.file_history, self.file_commits)
+
+    @cached_property
+    def store(self) -> StoreLog | None:
+        """The artifact store service's own log of this run (None: the run had no store)."""
+        return read_store(self.run_dir, self.key)
 
     def samples(self, rank: int, dataset: str, attempt: int | None = None) -> list[int]:
         return [r["i"] for r in self.ledgers.get(rank, [])
@@ -118,6 +146,9 @@ def load_run(role: str, run_dir: Path) -> RunEvidence:
         ledgers[r] = recs.valid
         forged += recs.forged
         forged += rundir.read_records(rundir.rank_dir(run_dir, r) / rundir.SAVES, key).forged
+    log = read_store(run_dir, key)
+    if log is not None:
+        forged += log.forged
     return RunEvidence(role=role, run_dir=run_dir, run=run, ranks=ranks, ledgers=ledgers, forged=forged)
 
 

@@ -24,6 +24,7 @@ class RunDirBuilder:
                          "wall_s": 1.0, **run_json}
         self.records: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
         self.final: dict[int, tuple[dict[str, torch.Tensor], dict[str, Any]]] = {}
+        self.store_records: list[dict[str, Any]] = []  # the artifact store service's own log
 
     @property
     def work(self) -> Path:
@@ -41,6 +42,11 @@ class RunDirBuilder:
 
     def save_record(self, rank: int, /, **record: Any) -> RunDirBuilder:
         return self.add(rank, rundir.SAVES, **record)
+
+    def store(self, **record: Any) -> RunDirBuilder:
+        """A record of the artifact store service's log (store.jsonl, in the run dir itself)."""
+        self.store_records.append(record)
+        return self
 
     def exit(self, rank: int, params: dict[str, torch.Tensor] | None = None, attempt: int = 0, t: float = 0.0,
              steps: int = 0, **extra: Any) -> RunDirBuilder:
@@ -81,5 +87,11 @@ class RunDirBuilder:
                 w.write(rec)
             w.close()
         self.records.clear()
+        if self.store_records:
+            w = rundir.RecordWriter(self.root / "store.jsonl", KEY)
+            for rec in self.store_records:
+                w.write(rec)
+            w.close()
+            self.store_records = []
         rundir.atomic_write_json(self.root / "run.json", self.run_json)
         return self.root

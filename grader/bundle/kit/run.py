@@ -16,6 +16,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from harness.launch import LaunchConfig, LaunchError, default_run_dir, launch  # noqa: E402
+from harness.store_service import StoreConfig  # noqa: E402
 
 
 def spec_for(slug: str) -> dict:
@@ -48,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         args = a.script_args or s["run"]["args"]
         settings = {"nproc": s["world_size"], "hang_timeout": s["run"]["hang_timeout"],
                     "startup_timeout": s["run"]["startup_timeout"], "timeout": s["run"]["timeout"],
-                    "pg_timeout": s["run"]["pg_timeout"]}
+                    "pg_timeout": s["run"]["pg_timeout"],
+                    "store": StoreConfig(**s["run"]["store"]) if s["run"].get("store") else None}
     for k in ("nproc", "hang_timeout", "timeout"):
         if getattr(a, k) is not None:
             settings[k] = getattr(a, k)

@@ -25,6 +25,7 @@ from grader.checks.base import CheckResult, Context  # noqa: E402
 from grader.evidence import load_run  # noqa: E402
 from grader.roles import Role, RunRequest  # noqa: E402
 from harness.launch import LaunchConfig, launch  # noqa: E402
+from harness.store_service import StoreConfig  # noqa: E402
 
 CHECKS = {m.CHECK.name: m.CHECK for m in (completes, sample_partition, memory_flat, workload_intact)}
 
@@ -79,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         launch(LaunchConfig(script=folder / spec.entry, script_args=list(spec.run.args),
                             hang_timeout=spec.run.hang_timeout, startup_timeout=spec.run.startup_timeout,
                             timeout=spec.run.timeout, pg_timeout=spec.run.pg_timeout, run_dir=run_dir,
+                            store=StoreConfig(**spec.run.store) if getattr(spec.run, "store", None) else None,
                             cwd=run_dir / "work", **req.launch_settings()))
         runs[name] = load_run(name, run_dir)
     ctx = Context(spec, runs, changed)  # type: ignore[arg-type]  (the checks read only what Spec holds)

@@ -28,10 +28,12 @@ def weights(step: int) -> torch.Tensor:
 
 def make_stall_run(root: Path, dts: list[float] | None = None, saves: list[dict[str, Any]] | None = None,
                    final_ckpt: dict[str, Any] | None = None, fingerprints: bool = True,
-                   events: list[dict[str, Any]] | None = None) -> Path:
+                   events: list[dict[str, Any]] | None = None, store: list[dict[str, Any]] | None = None,
+                   final_files: dict[str, Any] | None = None) -> Path:
     """A finished 2-rank run: step s of rank r ends at sum(dts[:s]); ``saves`` are rank 0's traced
     file operations ({op, path, src, begin, end, step, held, ...} with times in seconds and paths
-    relative to the working dir); ``final_ckpt`` is what the script left at out/ckpt.pt."""
+    relative to the working dir); ``final_ckpt`` is what the script left at out/ckpt.pt; ``store`` the
+    artifact store service's records (paths relative to the working dir)."""
     dts = dts or [DT] * STEPS
     b = RunDirBuilder(root)
     work = root / "work"
@@ -58,15 +60,24 @@ def make_stall_run(root: Path, dts: list[float] | None = None, saves: list[dict[
                 held = o.get("held", o["step"])
                 begin["fp"] = o.get("fp", {"model.w": fp(held), "optimizer.state.0.exp_avg": 0.5})
                 begin["keys"] = o.get("keys", ["model", "optimizer", "scheduler", "step"])
+            begin.update(o.get("begin_extra", {}))
             b.save_record(r, **begin)
             if o.get("end") is not None:
                 end = {"a": 0, "seq": seq, "ph": "end", "op": begin["op"], "dur": o["end"] - o["begin"],
                        "bytes": o.get("bytes", 1000), "step": o["step"], "main": True, "t": o["end"]}
                 if o.get("fp_changed"):
                     end["fp_changed"] = True
+                for f in ("id", "sha256"):
+                    if f in o:
+                        end[f] = o[f]
+                end.update(o.get("end_extra", {}))
                 b.save_record(r, **end)
+    for rec in store or []:
+        b.store(**{**rec, **{k: str(work / rec[k]) for k in ("root", "path") if k in rec}})
     if final_ckpt is not None:
         b.file("out/ckpt.pt", final_ckpt)
+    for rel, obj in (final_files or {}).items():  # a checkpoint of several files
+        b.file(rel, obj) if not callable(obj) else obj(work / rel)
     return b.build()
 
 
@@ -108,3 +119,27 @@ def judge(tmp_path: Path, spec, reference: dict | None = None, **run) -> Any:
     if reference is not None:
         runs["reference"] = load_run("reference", make_stall_run(tmp_path / "reference", **reference))
     return run_check(spec, Context(None, runs))
+
+
+MIB = 2**20
+
+
+def via_store(k: int, delay: int = 1, took: float = 0.05, size: int = 1000, client: bool = True,
+              **put: Any) -> tuple[list[dict], list[dict]]:
+    """Checkpoints every ``k`` steps, each uploaded to the artifact store service ``delay`` steps
+    later: rank 0's traced saves and uploads, and the service's log (``put`` overrides its fields)."""
+    ops = every(k)
+    log: list[dict] = [{"kind": "store_start", "t": 0.0, "root": "artifacts", "mib_per_s": 15,
+                        "max_object_bytes": 256 * MIB}]
+    for i, s in enumerate(range(k, STEPS + 1, k), start=1):
+        b = t_end(min(s + delay, STEPS)) + 0.01
+        name = f"ckpt-{s:06d}.pt"
+        if client:
+            ops.append({"op": "upload", "path": f"artifacts/{name}", "src": "out/ckpt.pt", "begin": b,
+                        "end": b + took + 0.002, "step": s + delay, "id": i, "sha256": f"h{i}", "bytes": size})
+        log.append({"kind": "put", "status": "ok", "id": i, "name": name, "path": f"artifacts/{name}",
+                    "t": b + took, "t0": b + 0.001, "t1": b + took, "dur": took, "bytes": size, "declared": size,
+                    "sha256": f"h{i}", "pid": 1, **put})
+    log.append({"kind": "store_stop", "t": 999.0, "objects": [], "foreign": [], "changed": [], "missing": [],
+                "root_replaced": False})
+    return sorted(ops, key=lambda o: o["begin"]), log

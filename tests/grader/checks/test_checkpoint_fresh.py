@@ -8,7 +8,21 @@ import torch
 
 from grader.checks import Context, run_check
 from grader.evidence import load_run
-from tests.grader.checks.stall_runs import DT, STEPS, K, atomic, every, fresh, full_state, judge, t_end, weights
+from tests.grader.checks.stall_runs import (
+    DT,
+    STEPS,
+    K,
+    atomic,
+    every,
+    fp,
+    fresh,
+    full_state,
+    judge,
+    make_stall_run,
+    t_end,
+    via_store,
+    weights,
+)
 
 BACKGROUND = [o for s in range(K, STEPS + 1, K)  # written while the next steps run, holding the snapshot's step
               for o in atomic(s, took=1.5 * DT, main=False)]
@@ -106,19 +120,149 @@ def test_a_real_run_is_judged_by_the_state_written_not_the_step_it_was_written_a
     assert c.passed is passed and says in c.message, c.message
 
 
-MIB = 2**20
+def _hand_copies(ops, log):
+    """No uploads: the script copies each checkpoint into the store's folder itself."""
+    return [o for o in ops if o.get("op") != "upload"] + [o for s in range(K, STEPS + 1, K) for o in atomic(s, copy=True)
+                                                      if o["path"].startswith("artifacts/")], \
+        [r for r in log if r["kind"] != "put"]
 
 
-@pytest.mark.parametrize("upload, passed, says", [
-    ({"bytes": 15 * MIB, "dur": 1.01}, True, "artifacts/ held a complete checkpoint"),  # at 15 MiB/s
-    ({"bytes": 15 * MIB, "dur": 0.01}, False, "took 0.010 s (1500 MiB/s); the artifact store's link carries 15"),
-    (None, False, "did not come through the artifact store"),  # copied in by hand: no upload record
+def _untraced_files(ops, log):
+    """Files written into the store's folder by means the trace does not see (raw writes): the
+    service finds them there at the end."""
+    log[-1]["foreign"] = [{"name": "ckpt-000010.pt", "bytes": 1000, "kind": "file"}]
+    return [o for o in ops if o.get("op") != "upload"], [r for r in log if r["kind"] != "put"]
+
+
+def _raw_requests(ops, log):
+    """Uploads the service received, with no traced ArtifactStore.upload behind them."""
+    return [o for o in ops if o.get("op") != "upload"], log
+
+
+def _contradicting_timeline(ops, log):
+    """The rank's records say each upload took 1 ms, where the service read for 0.5 s."""
+    ops, log = via_store(K, took=0.5)
+    for o in ops:
+        if o.get("op") == "upload":
+            o["end"] = o["begin"] + 0.001
+    return ops, log
+
+
+def _wrong_size(ops, log):
+    for r in log:
+        if r["kind"] == "put":
+            r["bytes"] = 10
+    return ops, log
+
+
+def _changed_after_upload(ops, log):
+    log[-1]["changed"] = ["ckpt-000060.pt"]
+    return ops, log
+
+
+def _slow_uploads(ops, log):
+    """Every upload takes 15 steps of wall time (the link is slow): within the copies' slack."""
+    return via_store(K, delay=1, took=15 * DT)
+
+
+@pytest.mark.parametrize("edit, passed, says", [
+    (None, True, "artifacts/ held a complete checkpoint at most 10 + 6 steps old"),
+    (_hand_copies, False, "artifacts/: c10.pt was written there by rank 0 (a rename at step 10) (and 11 "
+                          "more): files reach the artifact store only by an upload to it"),
+    (_untraced_files, False, "artifacts/: ckpt-000010.pt was there at the end (1000 bytes, a file) and the store "
+                             "never received it"),
+    (_raw_requests, False, "no ArtifactStore.upload traced in a rank sent it"),
+    (_contradicting_timeline, False, "contradicts the store's"),
+    (_wrong_size, False, "the store received 10 bytes, but ckpt.pt held 1000 then"),
+    (_changed_after_upload, False, "ckpt-000060.pt changed after the store published it"),
+    (_slow_uploads, False, "at step 16 there was no complete checkpoint at artifacts/"),
 ])
-def test_copies_count_only_when_the_store_uploaded_them_at_its_bandwidth(tmp_path, upload, passed, says):
-    """The store's bandwidth is a constant in the candidate's script: raising it, or copying files
-    into the store's folder by hand, must not take the upload's cost away unnoticed."""
-    events = [] if upload is None else [{"kind": "upload", "path": f"artifacts/c{s}.pt", "step": s, **upload}
-                                        for s in range(K, STEPS + 1, K)]
-    c = judge(tmp_path, fresh(copies=["artifacts/"], store_mib_per_s=15), saves=every(K, copy=True),
-              final_ckpt=full_state(STEPS), events=events)
+def test_copies_in_the_artifact_store_are_judged_from_the_stores_own_log(tmp_path, edit, passed, says):
+    """The store's log (a process outside the ranks) decides which copies count: objects it
+    published, holding what the traced upload's source held; files that reached its folder any
+    other way fail by name."""
+    ops, log = via_store(K)
+    if edit:
+        ops, log = edit(ops, log)
+    c = judge(tmp_path, fresh(copies=["artifacts/"], copy_slack=6), saves=ops, store=log,
+              final_ckpt=full_state(STEPS))
     assert c.passed is passed and says in c.message, c.message
+
+
+def test_a_store_the_manifest_promises_but_the_run_lacks_is_an_environment_failure(tmp_path):
+    ops, _ = via_store(K)
+    manifest = type("M", (), {"run": type("R", (), {"store": object()})()})()
+    runs = {"main": load_run("main", make_stall_run(tmp_path / "main", saves=ops, final_ckpt=full_state(STEPS)))}
+    c = run_check(fresh(copies=["artifacts/"], copy_slack=6), Context(manifest, runs))
+    assert not c.passed and c.environment and "no artifact store service" in c.message, c.message
+
+
+def folder_checkpoints(k: int, torn_at: int | None = None) -> list[dict]:
+    """A checkpoint every ``k`` steps as a folder of files (model, optimizer, scheduler), staged
+    under a hidden name and published by one rename of the folder."""
+    ops = []
+    for s in range(k, STEPS + 1, k):
+        b, stage = t_end(s) + 0.001, f"out/.tmp-ckpt-{s}"
+        files = {"model.pt": ({"w": fp(s)}, ["w"]), "optimizer.pt": ({"state.0.exp_avg": 0.5}, ["state", "param_groups"]),
+                 "scheduler.pt": ({}, ["last_epoch", "base_lrs"])}
+        for i, (name, (f, keys)) in enumerate(files.items()):
+            end = b + 0.01 * (i + 1) if s != torn_at or name != "optimizer.pt" else t_end(s + 3)
+            ops.append({"path": f"{stage}/{name}", "begin": b + 0.01 * i, "end": end, "step": s, "fp": f, "keys": keys})
+        ops.append({"op": "rename", "path": "out/ckpt", "src": stage, "begin": b + 0.04, "end": b + 0.041, "step": s,
+                    "begin_extra": {"dir": True}})
+    return sorted(ops, key=lambda o: o["begin"])
+
+
+def dcp_checkpoints(k: int, missing_at: int | None = None) -> list[dict]:
+    """A checkpoint every ``k`` steps as a torch.distributed.checkpoint, committed into a staging
+    folder and renamed into place as out/ckpt."""
+    ops = []
+    for s in range(k, STEPS + 1, k):
+        b, d = t_end(s) + 0.001, f"out/.tmp-ckpt-{s:03d}"
+        shards = {"__0_0.distcp": {"model.w": fp(s)}, "__1_0.distcp": {"optimizer.state.0.exp_avg": 0.5}}
+        for i, (name, f) in enumerate(shards.items()):
+            if s == missing_at and i == 1:
+                continue
+            ops.append({"op": "write", "path": f"{d}/{name}", "begin": b + 0.01 * i, "end": b + 0.01 * (i + 1),
+                        "step": s, "end_extra": {"fp": f}})
+        ops += [{"op": "commit", "path": d, "begin": b + 0.025, "end": b + 0.06, "step": s,
+                 "begin_extra": {"files": list(shards), "keys": ["model", "optimizer", "scheduler", "step"]}},
+                {"op": "write", "path": f"{d}/.metadata.tmp", "begin": b + 0.03, "end": b + 0.04, "step": s},
+                {"op": "rename", "path": f"{d}/.metadata", "src": f"{d}/.metadata.tmp", "begin": b + 0.045,
+                 "end": b + 0.05, "step": s},
+                {"op": "rename", "path": "out/ckpt", "src": d, "begin": b + 0.07, "end": b + 0.071, "step": s,
+                 "begin_extra": {"dir": True}}]
+    return sorted(ops, key=lambda o: o["begin"])
+
+
+FOLDER_FINAL = {"out/ckpt/model.pt": {"w": weights(STEPS)}, "out/ckpt/optimizer.pt": {"state": {}, "param_groups": []},
+                "out/ckpt/scheduler.pt": {"last_epoch": STEPS, "base_lrs": [0.1]}}
+
+
+@pytest.mark.parametrize("ops, passed, says", [
+    (folder_checkpoints(K), True, "out/ckpt held a complete checkpoint at most 10 + 2 steps old"),
+    # published while its optimizer file was still being written: half a checkpoint until it ends
+    (folder_checkpoints(K, torn_at=30), False, "at step 31 there was no complete checkpoint at out/ckpt"),
+    ([o for o in folder_checkpoints(K) if not o["path"].endswith("optimizer.pt")], False, "holds no optimizer"),
+])
+def test_a_folder_checkpoint_is_judged_as_one(tmp_path, ops, passed, says):
+    spec = fresh(path="out/ckpt", require_keys=["model", "optimizer", "scheduler"])
+    c = judge(tmp_path, spec, saves=ops, final_files=FOLDER_FINAL)
+    assert c.passed is passed and says in c.message, c.message
+
+
+def test_a_dcp_checkpoint_is_judged_as_one(tmp_path):
+    from tests.grader.checks.test_checkpoint_layouts import write_dcp
+
+    def final(folder):
+        folder.mkdir(parents=True, exist_ok=True)
+        write_dcp(folder, {"model": {"w": weights(STEPS)}, "optimizer": {"state": {0: {"exp_avg": torch.ones(4)}},
+                                                                          "param_groups": [{"lr": 0.1, "params": [0]}]},
+                           "scheduler": {"last_epoch": STEPS, "base_lrs": [0.1]}, "step": STEPS})
+
+    spec = fresh(path="out/ckpt")
+    c = judge(tmp_path / "whole", spec, saves=dcp_checkpoints(K), final_files={"out/ckpt": final})
+    assert c.passed and "out/ckpt held a complete checkpoint at most 10 + 2 steps old" in c.message, c.message
+    assert c.evidence["targets"]["out/ckpt"]["layout"] == "dcp" and c.evidence["final"]["layout"] == "dcp"
+    c = judge(tmp_path / "missing", spec, saves=dcp_checkpoints(K, missing_at=30), final_files={"out/ckpt": final})
+    assert not c.passed and "at step 31 there was no complete checkpoint at out/ckpt" in c.message, c.message

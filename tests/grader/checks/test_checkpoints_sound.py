@@ -220,7 +220,8 @@ def _copy_into_read_path(r):
     (_unknown_start, False, "began from parameters the job never had before the kill"),
     (_never_saves, False, "no checkpoint was complete on disk when the resume run restarted: the job began "
                           "again from the initial parameters"),
-    (_no_torn_save, False, "no rank began a checkpoint write (torch.save to a file) at or after step 41"),
+    (_no_torn_save, False, "no rank began a checkpoint write (torch.save to a file, or a file of a "
+                         "torch.distributed.checkpoint) at or after step 41"),
     (_restart_crashes, False, "the job killed during a checkpoint write did not complete after its restart "
                               "(status failed): rank 1 raised RuntimeError: unexpected EOF"),
     (_staging_torn_under_unique_name, True, "began from the newest complete checkpoint"),

@@ -1,0 +1,159 @@
+"""
+(A valid fix in another style: torch.distributed.checkpoint, as the PyTorch DCP recipe writes it --
+every rank saves its part of the training state into a folder, the coordinator writes the folder's
+.metadata last -- and get_state_dict / set_state_dict to take and restore model and optimizer state.)
+
+Regression MLP trained with DDP and AdamW on a preemptible pool: linear warm-up then cosine decay,
+a checkpoint at the end of every epoch, and a restarted job (torchrun --max-restarts) picks up from
+the newest checkpoint in OUT_DIR.
+
+Launch (one process per GPU, or per CPU core with gloo):
+
+    torchrun --standalone --nproc-per-node 2 --max-restarts 3 train.py
+"""
+
+import glob
+import math
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+import torch.nn.functional as F
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.stateful import Stateful
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+from harness.workloads import MLP, SyntheticRegression
+
+# -----------------------------------------------------------------------------
+# data
+DATASET_SIZE = 256
+FEATURES = 32
+# optimisation
+GLOBAL_BATCH = 32  # samples per optimizer step, summed over ranks
+EPOCHS = 12
+LEARNING_RATE = 3e-3  # peak, reached at the end of warm-up
+MIN_LR = 3e-4  # end of the cosine decay
+WARMUP_STEPS = 16
+WEIGHT_DECAY = 0.1
+BETAS = (0.9, 0.95)
+# model
+HIDDEN = 128
+DEPTH = 3
+# checkpoints and logging
+OUT_DIR = "out"
+LOG_INTERVAL = 4
+SEED = 1337
+# -----------------------------------------------------------------------------
+
+
+def lr_factor(step: int, total_steps: int) -> float:
+    """Multiplier of LEARNING_RATE at optimizer step ``step``: linear warm-up, then cosine decay."""
+    if step < WARMUP_STEPS:
+        return (step + 1) / WARMUP_STEPS
+    progress = min(1.0, (step - WARMUP_STEPS) / max(1, total_steps - WARMUP_STEPS))
+    floor = MIN_LR / LEARNING_RATE
+    return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def ckpt_dir(epoch: int) -> str:
+    return os.path.join(OUT_DIR, f"epoch_{epoch:03d}")
+
+
+def latest_checkpoint() -> str | None:
+    """The newest complete checkpoint in OUT_DIR: DCP writes a checkpoint's .metadata last, after
+    every rank's files, so a folder without one is a write that never finished."""
+    paths = sorted(d for d in glob.glob(os.path.join(OUT_DIR, "epoch_*")) if os.path.exists(os.path.join(d, ".metadata")))
+    return paths[-1] if paths else None
+
+
+class TrainState(Stateful):
+    """Everything the next step depends on, for DCP: model and optimizer (get_state_dict), the LR
+    schedule, and the position in training."""
+
+    def __init__(self, model, optimizer, scheduler):
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.epoch, self.step = -1, 0
+
+    def state_dict(self) -> dict:
+        model_state, optim_state = get_state_dict(self.model, self.optimizer)
+        return {"model": model_state, "optimizer": optim_state, "scheduler": self.scheduler.state_dict(),
+                "epoch": self.epoch, "step": self.step}
+
+    def load_state_dict(self, state: dict) -> None:
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
+                       optim_state_dict=state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.epoch, self.step = state["epoch"], state["step"]
+
+
+def main() -> None:
+    dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+    rank = dist.get_rank()
+    world_size = dist.get_world_size()
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    master_process = rank == 0
+    if torch.cuda.is_available():
+        device = torch.device(f"cuda:{local_rank}")
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    assert GLOBAL_BATCH % world_size == 0, "GLOBAL_BATCH must divide evenly across ranks"
+    batch_size = GLOBAL_BATCH // world_size
+
+    torch.manual_seed(SEED)
+    train_set = SyntheticRegression(DATASET_SIZE, FEATURES, seed=SEED, name="train")
+    sampler = DistributedSampler(train_set, shuffle=True, seed=SEED, drop_last=True)
+    loader = DataLoader(train_set, batch_size=batch_size, sampler=sampler, drop_last=True)
+    total_steps = EPOCHS * len(loader)
+
+    model = MLP(FEATURES, HIDDEN, 1, DEPTH).to(device)
+    model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, betas=BETAS,
+                                  weight_decay=WEIGHT_DECAY)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, total_steps))
+
+    # The whole training state comes back, on every rank: each rank steps its own optimizer.
+    start_epoch, step = 0, 0
+    os.makedirs(OUT_DIR, exist_ok=True)
+    path = latest_checkpoint()
+    train_state = TrainState(model, optimizer, scheduler)
+    if path is not None:
+        dcp.load({"train": train_state}, checkpoint_id=path)  # every rank reads what it needs
+        start_epoch, step = train_state.epoch + 1, train_state.step
+        if master_process:
+            print(f"resumed from {path}: continuing at epoch {start_epoch}, step {step}", flush=True)
+    t0 = time.time()
+    for epoch in range(start_epoch, EPOCHS):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            loss = F.mse_loss(model(x), y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            step += 1
+
+            if master_process and step % LOG_INTERVAL == 0:
+                dt = (time.time() - t0) / LOG_INTERVAL
+                t0 = time.time()
+                print(f"epoch {epoch:2d} step {step:3d} | loss {loss.item():.5f} | "
+                      f"lr {optimizer.param_groups[0]['lr']:.2e} | {dt * 1000:.1f} ms/step", flush=True)
+        train_state.epoch, train_state.step = epoch, step
+        dcp.save({"train": train_state}, checkpoint_id=ckpt_dir(epoch))  # every rank writes its part
+
+    if master_process:
+        print(f"done after {step} steps", flush=True)
+    # DDP's reducer holds the process group: let it go first, so that destroy_process_group is the one to
+    # tear the group down (it waits for gloo's threads without holding the GIL; the reducer's destructor
+    # holds it, and a gloo thread still freeing dcp.save's last broadcast then waits for it forever)
+    del train_state, model
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

