@@ -4,15 +4,13 @@
 
 1. The fixed cost of the wrapper: ``python -c pass`` bare and inside the sandbox (bwrap, the shim
    that sets limits and drops to the run's uid), interleaved.
-2. An honest 2-rank gloo DDP job (tests/fixtures/ddp_ok.py, 12 steps), interleaved ABBA: today's
-   unsandboxed ``harness.launch.launch`` against the sandboxed run (sandbox + channel + outside
-   sampler + limits, through the channel's stand-in bootstrap until launch/bootstrap are wired);
-   per-round differences of wall time, and the parent's own CPU time (its poll loop, and the
-   channel's thread) per launch.
+2. An honest 2-rank gloo DDP job (tests/fixtures/ddp_ok.py, 12 steps), interleaved ABBA:
+   ``harness.launch.launch`` unsandboxed against ``LaunchConfig(sandbox=True)`` (sandbox + channel +
+   outside sampler + limits); per-round differences of wall time, and the parent's own CPU time
+   (its poll loop, and the channel's thread) per launch.
 3. The channel alone, in this process: parent time per record, and log bytes per second.
 
-Until ``harness.launch`` is wired (docs/sandbox.md) the sandboxed side runs through
-``tests/harness/sandboxed.py``, which does what the wired launch will do.
+What a whole grading costs: ``benchmarks/grading_sandbox.py``.
 """
 
 from __future__ import annotations
@@ -36,7 +34,6 @@ from harness.isolation import IsolatedRun  # noqa: E402
 from harness.launch import LaunchConfig, launch  # noqa: E402
 from harness.sandbox import SandboxPolicy, build, prepare_writable, probe  # noqa: E402
 from tests.conftest import FIXTURES  # noqa: E402
-from tests.harness.sandboxed import run_sandboxed  # noqa: E402
 
 DDP = FIXTURES / "ddp_ok.py"
 
@@ -121,13 +118,9 @@ def job_cost(rounds: int) -> None:
             with tempfile.TemporaryDirectory() as tmp:
                 tmp = Path(tmp)
                 c0, tree_cpu, t0 = cpu_self(), TreeCPU(), time.perf_counter()
-                if name == "outside":
-                    res = launch(LaunchConfig(script=DDP, script_args=["--steps", "12"], nproc=2,
-                                              run_dir=tmp / "run", cwd=tmp / "run" / "work"))
-                    status, why = res.status, res.failure
-                else:
-                    r = run_sandboxed(tmp, DDP, "--steps", "12")
-                    status, why = r.status, r.launcher_log[-300:]
+                res = launch(LaunchConfig(script=DDP, script_args=["--steps", "12"], nproc=2,
+                                          run_dir=tmp / "run", cwd=tmp / "run" / "work", sandbox=name == "inside"))
+                status, why = res.status, res.failure
                 wall, cpu, job = time.perf_counter() - t0, cpu_self() - c0, tree_cpu.total()
             if status == "ok":
                 break
