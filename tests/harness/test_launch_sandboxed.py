@@ -89,6 +89,17 @@ def test_an_honest_job_runs_sandboxed_and_is_observed_as_before(tmp_path):
 
 @needs_bwrap
 @pytest.mark.slow
+def test_a_hang_is_reported_with_each_ranks_blocked_line(tmp_path):
+    """The watchdog signals the ranks' outside pids for their stacks, which arrive over the channel."""
+    res = run(tmp_path, "hang.py", hang_timeout=6)
+    assert res.status == "hung"
+    sites = {r["rank"]: r["blocked_at"] for r in res.hang["ranks"]}
+    assert sites[0].endswith("hang.py:19") and sites[1].endswith("hang.py:17"), sites
+    assert [r["pending_collective"]["op"] for r in res.hang["ranks"]] == ["barrier", "all_reduce"]
+
+
+@needs_bwrap
+@pytest.mark.slow
 def test_a_rank_killed_by_fault_injection_is_named_with_its_signal(tmp_path):
     res = run(tmp_path, "ddp_ok.py", "--steps", "12", faults=[Fault(rank=1, step=5)])
     assert res.status == "failed"
