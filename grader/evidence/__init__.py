@@ -155,6 +155,8 @@ def harness_failed(ev: RunEvidence) -> str | None:
     rendezvous or the interpreter broke), or the job was interrupted."""
     if ev.status == "interrupted":
         return f"{ev.describe()} was interrupted"
+    if ev.status == "limit":  # whenever it came, a cap the run went past is the run's own doing
+        return None
     if not ev.ranks or not any(o.attempts for o in ev.ranks.values()):
         tail = ""
         log = ev.run_dir / "launcher.log"

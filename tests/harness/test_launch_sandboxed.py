@@ -192,3 +192,16 @@ def test_sigkill_of_the_launching_process_leaves_nothing_running(tmp_path):
     res = run(tmp_path / "next", "ddp_ok.py", "--steps", "4")
     assert res.status == "ok"
     assert not any(p.exists() for p in stale)
+
+
+@needs_bwrap
+@pytest.mark.slow
+def test_profile_traces_reach_the_run_dir_over_the_channel(tmp_path):
+    from harness.phases import read_run
+
+    res = run(tmp_path, "ddp_ok.py", "--steps", "12", profile=True)
+    assert res.status == "ok"
+    prof = read_run(res.run_dir)
+    for r in prof["ranks"]:
+        assert r["trace"] and Path(r["trace"]).is_file() and r["trace_error"] is None, r
+        assert r["counted"] > 0
