@@ -12,7 +12,7 @@ import click
 from grader import console
 from grader.errors import EXIT_FAIL, EXIT_OK, UserError
 from harness import defaults
-from harness.launch import LaunchConfig, default_run_dir, launch
+from harness.launch import KIT_ROOT, LaunchConfig, default_run_dir, launch
 from harness.phases import read_run as read_profile
 
 
@@ -67,6 +67,10 @@ def command(target, script_args, nproc, nnodes, rdzv_endpoint, rdzv_id, max_rest
 
         if not (p := probe()).ok:
             raise UserError(p.reason.replace("grade with --no-sandbox (unisolated)", "run without --sandbox"))
+        where = Path(cfg.run_dir).resolve()
+        if KIT_ROOT in where.parents and KIT_ROOT / ".trainwreck" not in where.parents:
+            raise UserError(f"--sandbox: the run dir {where} is inside the kit, where a sandboxed run may not write; "
+                            "give --run-dir a folder outside it")
         cfg.sandbox, cfg.cwd = True, cfg.run_dir / "work"
     with console.live_progress(enabled=not (as_json or tee)) as on_progress:
         res = launch(cfg, on_progress=on_progress, tee=console.rank_line if tee else None)

@@ -121,3 +121,20 @@ def test_out_inside_the_kit_is_refused_for_a_sandboxed_grading(tmp_path, monkeyp
     with pytest.raises(UserError, match="inside the kit"):
         grade(find(SLUG), GradeOptions(kind="solution", out_dir=KIT_ROOT / "runs" / "x"))
     assert not (KIT_ROOT / "runs" / "x").exists()
+
+
+def test_run_sandbox_refuses_where_it_cannot_run_and_names_its_own_fix(invoke, tmp_path, no_bwrap):
+    from tests.conftest import FIXTURES
+
+    p = invoke("run", "--sandbox", str(FIXTURES / "ddp_ok.py"), "--run-dir", str(tmp_path / "r"), cwd=tmp_path)
+    assert p.code == 2 and "apt-get install bubblewrap" in p.err and "run without --sandbox" in p.err, p.err
+    assert not (tmp_path / "r").exists()
+
+
+def test_run_sandbox_refuses_a_run_dir_inside_the_kit(invoke, tmp_path):
+    from harness.launch import KIT_ROOT
+    from tests.conftest import FIXTURES
+
+    p = invoke("run", "--sandbox", str(FIXTURES / "ddp_ok.py"), "--run-dir", str(KIT_ROOT / "runs" / "x"), cwd=tmp_path)
+    assert p.code == 2 and "inside the kit" in p.err, p.err
+    assert not (KIT_ROOT / "runs" / "x").exists()
