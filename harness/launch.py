@@ -41,6 +41,9 @@ STATUSES = ("ok", "failed", "hung", "timeout", "interrupted", "limit")
 # How often to look for new descendants. Each look scans the process table on cores the ranks are
 # using; anything missed between looks is still found at the end (the tree's env marker).
 TREE_REFRESH_S = 1.0
+# Sandboxed: an outside sample of every rank at each poll (memory_flat judges from them; a short run
+# still gets several). Each look costs 2-3 ms of the parent's time.
+OUTSIDE_SAMPLE_S = 0.2
 
 
 @dataclass
@@ -301,7 +304,7 @@ def _isolated_run(cfg: LaunchConfig, run_dir: Path, key: str, device: str) -> Is
     The script's folder is readable (read-only), the work dir the one folder it may write."""
     iso = IsolatedRun(IsolationConfig(kit_root=KIT_ROOT, readable=[cfg.script.resolve().parent],
                                       work_dir=Path(cfg.cwd).resolve(), limits=cfg.limits,
-                                      gpu=device == "cuda"), run_dir, key)
+                                      gpu=device == "cuda", sample_every_s=OUTSIDE_SAMPLE_S), run_dir, key)
     try:
         iso.prepare()
     except SandboxError as e:

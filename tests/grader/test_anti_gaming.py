@@ -134,5 +134,6 @@ def test_honest_fix_passes_and_regrading_agrees(tmp_path):
 def test_broken_fails_for_the_leak_alone(tmp_path):
     res = grade(EX, GradeOptions(kind="broken", out_dir=tmp_path / "out"))
     assert verdicts(res) == {"completes": True, "memory_flat": False, "matches_reference": True,
-                             "workload_intact": True, "checkpoint_valid": True}
+                             "trajectory": True, "outputs_match": True, "workload_intact": True,
+                             "checkpoint_valid": True}
     assert "MB per step" in res.check("memory_flat").message

@@ -57,9 +57,31 @@ def test_what_the_rank_reports_of_itself_is_not_what_is_judged(tmp_path):
     assert c.passed, c.message
 
 
-def test_too_few_outside_samples_is_not_the_candidates_failure(tmp_path):
-    c = memory(tmp_path, inside_rss=lambda s: 100.0, outside_rss=lambda s: 300.0, sample_every=30)
-    assert not c.passed and c.environment and "outside memory sampler" in c.message
+def test_a_run_too_short_for_two_outside_samples_is_judged_from_what_the_rank_reported(tmp_path):
+    c = memory(tmp_path, inside_rss=lambda s: 100.0 + 2.0 * s, outside_rss=lambda s: 300.0, sample_every=30)
+    assert not c.passed and not c.environment and "as the rank reported it" in c.message, c.message
+    assert c.evidence["ranks"][0]["outside"] is False
+
+
+def test_the_slope_is_drawn_through_the_sampled_span(tmp_path):
+    """Samples only from step 20 on: the steps before would all repeat the first sample and halve
+    the slope; they are left out of it."""
+    def outside(s):
+        return 300.0 + 1.0 * s
+
+    ev = load_run("main", sandboxed_run(tmp_path / "main", inside_rss=lambda s: 100.0, outside_rss=outside,
+                                        steps=80, sample_every=1))
+    # drop the samples of the first 40 steps
+    from grader.evidence.memory import rank_series
+
+    ev.proc_samples(0)
+    ev._proc[0] = [x for x in ev._proc[0] if x["t"] > 40]
+    series = rank_series(ev, 0)
+    assert series.outside and series.sampled[0] == 40
+    from grader.checks.memory_flat import slope
+
+    assert abs(slope(series.after(5, 20)) - 1.0) < 1e-6
+    assert slope(series.values[5:]) < 0.9  # what the clamped steps would have made of it
 
 
 def test_interpolation_between_samples():
