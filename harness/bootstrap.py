@@ -28,11 +28,15 @@ STACK_SIGNAL = signal.SIGUSR1
 SCRATCH = Path("/tmp/.trainwreck")  # sandboxed: the recorder's own files, before they are sent
 
 
+def _attempt_header(attempt: int) -> bytes:
+    return f"=== attempt {attempt} (pid {os.getpid()}) ===\n".encode()
+
+
 def _redirect_output(rank_dir: Path, attempt: int) -> None:
     """Point fds 1 and 2 at the rank's log files, so C++ output (gloo, NCCL) lands there too."""
     for fd, name in ((1, rundir.STDOUT), (2, rundir.STDERR)):
         f = open(rank_dir / name, "ab", buffering=0)
-        f.write(f"=== attempt {attempt} (pid {os.getpid()}) ===\n".encode())
+        f.write(_attempt_header(attempt))
         os.dup2(f.fileno(), fd)
         f.close()
 
@@ -54,10 +58,9 @@ def main(argv: list[str]) -> int:
     key = os.environ.pop(rundir.KEY_ENV, "")
     rdir = rundir.rank_dir(run_dir, rank)
     rdir.mkdir(parents=True, exist_ok=True)
-    header = f"=== attempt {attempt} (pid {os.getpid()}) ===\n".encode()
     if os.environ.pop("TRAINWRECK_CAPTURE", "1") == "1":
         if sandboxed:
-            channel.redirect_output(header)
+            channel.redirect_output(_attempt_header(attempt))
         else:
             _redirect_output(rdir, attempt)
 
