@@ -1,18 +1,16 @@
 """What the sandbox costs (issue 11; goal: under 2 s per graded launch).
 
-    python benchmarks/sandbox_cost.py [--rounds 5] [--fixed-rounds 20]
+    python benchmarks/sandbox_cost.py [--rounds 5] [--fixed-rounds 20] [--steps 12] [--only-job]
 
 1. The fixed cost of the wrapper: ``python -c pass`` bare and inside the sandbox (bwrap, the shim
    that sets limits and drops to the run's uid), interleaved.
-2. An honest 2-rank gloo DDP job (tests/fixtures/ddp_ok.py, 12 steps), interleaved ABBA: today's
-   unsandboxed ``harness.launch.launch`` against the sandboxed run (sandbox + channel + outside
-   sampler + limits, through the channel's stand-in bootstrap until launch/bootstrap are wired);
-   per-round differences of wall time, and the parent's own CPU time (its poll loop, and the
-   channel's thread) per launch.
+2. An honest 2-rank gloo DDP job (tests/fixtures/ddp_ok.py, 12 steps), interleaved ABBA:
+   ``harness.launch.launch`` unsandboxed against ``LaunchConfig(sandbox=True)`` (sandbox + channel +
+   outside sampler + limits); per-round differences of wall time, and the parent's own CPU time
+   (its poll loop, and the channel's thread) per launch.
 3. The channel alone, in this process: parent time per record, and log bytes per second.
 
-Until ``harness.launch`` is wired (docs/sandbox.md) the sandboxed side runs through
-``tests/harness/sandboxed.py``, which does what the wired launch will do.
+What a whole grading costs: ``benchmarks/grading_sandbox.py``.
 """
 
 from __future__ import annotations
@@ -36,7 +34,6 @@ from harness.isolation import IsolatedRun  # noqa: E402
 from harness.launch import LaunchConfig, launch  # noqa: E402
 from harness.sandbox import SandboxPolicy, build, prepare_writable, probe  # noqa: E402
 from tests.conftest import FIXTURES  # noqa: E402
-from tests.harness.sandboxed import run_sandboxed  # noqa: E402
 
 DDP = FIXTURES / "ddp_ok.py"
 
@@ -97,7 +94,7 @@ def fixed_cost(rounds: int) -> None:
           f"(+{(statistics.median(inside) - statistics.median(bare)) * 1e3:.0f} ms)")
 
 
-def job_cost(rounds: int) -> None:
+def job_cost(rounds: int, steps: int = 12) -> None:
     polls: list[float] = []
     orig_poll = IsolatedRun.poll
 
@@ -112,6 +109,7 @@ def job_cost(rounds: int) -> None:
     walls = {"outside": [], "inside": []}
     cpus = {"outside": [], "inside": []}
     jobs = {"outside": [], "inside": []}
+    rates = {"outside": [], "inside": []}  # steps/s of the job (the mean of its ranks'), start-up left out
     order = []
     for i in range(rounds):
         order += ["outside", "inside"] if i % 2 == 0 else ["inside", "outside"]
@@ -121,13 +119,9 @@ def job_cost(rounds: int) -> None:
             with tempfile.TemporaryDirectory() as tmp:
                 tmp = Path(tmp)
                 c0, tree_cpu, t0 = cpu_self(), TreeCPU(), time.perf_counter()
-                if name == "outside":
-                    res = launch(LaunchConfig(script=DDP, script_args=["--steps", "12"], nproc=2,
-                                              run_dir=tmp / "run", cwd=tmp / "run" / "work"))
-                    status, why = res.status, res.failure
-                else:
-                    r = run_sandboxed(tmp, DDP, "--steps", "12")
-                    status, why = r.status, r.launcher_log[-300:]
+                res = launch(LaunchConfig(script=DDP, script_args=["--steps", str(steps)], nproc=2,
+                                          run_dir=tmp / "run", cwd=tmp / "run" / "work", sandbox=name == "inside"))
+                status, why = res.status, res.failure
                 wall, cpu, job = time.perf_counter() - t0, cpu_self() - c0, tree_cpu.total()
             if status == "ok":
                 break
@@ -137,10 +131,11 @@ def job_cost(rounds: int) -> None:
         walls[name].append(wall)
         cpus[name].append(cpu)
         jobs[name].append(job)
-        print(f"   {name}: {wall:.2f} s wall, job CPU {job:.2f} s, parent CPU {cpu:.2f} s, "
-              f"load {os.getloadavg()[0]:.1f}", flush=True)
+        rates[name].append(statistics.mean(r["steps_per_s"] or 0.0 for r in res.ranks))
+        print(f"   {name}: {wall:.2f} s wall, {rates[name][-1]:.1f} steps/s, job CPU {job:.2f} s, parent CPU "
+              f"{cpu:.2f} s, load {os.getloadavg()[0]:.1f}", flush=True)
     diffs = [b - a for a, b in zip(walls["outside"], walls["inside"])]
-    print(f"2. honest 2-rank gloo DDP job, {rounds} interleaved rounds (load {load0:.1f} -> "
+    print(f"2. honest 2-rank gloo DDP job ({steps} steps), {rounds} interleaved rounds (load {load0:.1f} -> "
           f"{os.getloadavg()[0]:.1f}):\n"
           f"   wall median outside {statistics.median(walls['outside']):.2f} s, inside "
           f"{statistics.median(walls['inside']):.2f} s; per-round inside - outside: median "
@@ -148,6 +143,9 @@ def job_cost(rounds: int) -> None:
           f"   job CPU (every process of the launch) median: outside {statistics.median(jobs['outside']):.2f} s, "
           f"inside {statistics.median(jobs['inside']):.2f} s; per-round median "
           f"{statistics.median([b - a for a, b in zip(jobs['outside'], jobs['inside'])]):+.2f} s\n"
+          f"   steps/s (what throughput rounds compare) median: outside {statistics.median(rates['outside']):.1f}, "
+          f"inside {statistics.median(rates['inside']):.1f}; per-round inside/outside median "
+          f"{statistics.median([b / a for a, b in zip(rates['outside'], rates['inside']) if a]):.3f}\n"
           f"   parent CPU per launch: outside {statistics.median(cpus['outside']):.2f} s, inside "
           f"{statistics.median(cpus['inside']):.2f} s; one outside look (IsolatedRun.poll): median "
           f"{statistics.median(polls) * 1e3:.1f} ms over {len(polls)} looks")
@@ -187,14 +185,17 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--fixed-rounds", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=12, help="steps of the DDP job")
+    ap.add_argument("--only-job", action="store_true", help="part 2 alone")
     args = ap.parse_args()
     p = probe()
     if not p.ok:
         raise SystemExit(p.reason)
     print(f"sandbox mode: {p.mode}; load average {os.getloadavg()[0]:.1f}", flush=True)
-    fixed_cost(args.fixed_rounds)
-    channel_cost()
-    job_cost(args.rounds)
+    if not args.only_job:
+        fixed_cost(args.fixed_rounds)
+        channel_cost()
+    job_cost(args.rounds, args.steps)
 
 
 if __name__ == "__main__":

@@ -86,7 +86,7 @@ def live_progress(enabled: bool) -> Iterator[Any]:
 
 
 def run_summary(res) -> None:
-    colour = {"ok": "green", "failed": "red", "hung": "red", "timeout": "red"}.get(res.status, "yellow")
+    colour = {"ok": "green", "failed": "red", "hung": "red", "timeout": "red", "limit": "red"}.get(res.status, "yellow")
 
     def short(site: str) -> str:  # under the cwd: relative (as run.json has it); else the file's name
         return display_path(site, keep=1) or site
@@ -121,6 +121,17 @@ def run_summary(res) -> None:
     out.print(f"run dir: {res.run_dir}", markup=False)
     if getattr(res, "cwd", None):
         out.print(f"script ran in: {res.cwd}", markup=False)
+    box = getattr(res, "sandbox", None)
+    if box:
+        text(f"sandbox: {box.get('mode')} mode, uid {box.get('uid') if box.get('uid') is not None else 'yours'}; "
+             f"peak RSS per rank (outside) "
+             + (", ".join(f"{r}: {v['tree_rss_mb']:.0f} MB" for r, v in sorted(box.get("peak", {}).items())) or "none")
+             + "".join(f"; {len(box[k])} {what}" for k, what in (("strays", "stray process(es) ended"),
+                                                                  ("removed", "trap(s) removed from the work dir"),
+                                                                  ("tampering", "sign(s) of tampering in sandbox.json"))
+                       if box.get(k)))
+    if getattr(res, "limit", None):
+        text(f"limit: {res.limit['message']}; the run was ended")
     pg = getattr(res, "pg_timeout", None)
     if pg:
         on = pg["applied_on_ranks"]
@@ -158,13 +169,26 @@ def grade_summary(res) -> None:
         if tp.get("fraction_of_bound") is not None:
             text(f"compute bound: submission at {tp['fraction_of_bound']:.0%} of its steps/s, reference at "
                  f"{tp['reference_fraction_of_bound']:.0%} (median of per-round ratios; reported, not graded)")
+    flags_summary(res.flags)
+    iso = getattr(res, "isolation", None)
+    if iso is not None:
+        text(iso.line(), style=None if iso.sandboxed else "bold yellow")
     if res.environment_failure:
         verdict, colour = "ENVIRONMENT FAILURE (not the submission's fault)", "yellow"
     else:
         verdict, colour = ("PASSED", "green") if res.passed else ("FAILED", "red")
     out.print(f"[bold {colour}]{verdict}[/]  score {res.score:.2f}  "
-              f"({res.timings.get('total', 0):.0f} s)", markup=True)
+              f"({res.timings.get('total', 0):.0f} s)"
+              + ("" if iso is None or iso.sandboxed else "  [bold yellow]UNISOLATED[/]"), markup=True)
     text(f"result: {res.result_path}")
+
+
+def flags_summary(flags) -> None:
+    """What the submission touched that a fix has no reason to: for a human to read."""
+    if not flags:
+        return
+    table(f"flags for a human ({len(flags)}; they do not change the verdict)", ["kind", "what", "where"],
+          [[f.kind, f.what, f.where or (f"{f.run} run" if f.run else "")] for f in flags])
 
 
 def issues_summary(issues) -> None:

@@ -47,6 +47,8 @@ def result(view: dict[str, Any]) -> None:
     if tp is not None:
         console.text(f"throughput score {tp['normalized']:.2f} (0 = the broken script, 1 = the reference)"
                      + ("" if tp["counted"] else "; not counted while a required check fails"))
+    if view.get("unisolated"):
+        console.text(f"isolation: NONE, your code ran unisolated ({view['unisolated']})", style="bold yellow")
     if view["environment_failure"]:
         console.out.print("[bold yellow]ENVIRONMENT FAILURE[/] (the machine or the kit broke, not your fix: "
                           "grade again)", markup=True)

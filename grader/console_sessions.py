@@ -77,6 +77,13 @@ def session_view(view) -> None:
             for c in ev.latest.result.get("checks", []):
                 if not c["passed"]:
                     console.text(f"   {c['name']}: {c['message']}")
+            iso = ev.latest.result.get("isolation") or {}
+            if iso.get("kind") == "none":
+                console.text(f"   isolation: NONE, the latest attempt ran unisolated ({iso.get('reason')})",
+                             style="bold yellow")
+            for f in ev.latest.result.get("flags") or []:
+                where = f.get("where") or (f"{f['run']} run" if f.get("run") else "")
+                console.text(f"   flag ({f.get('kind')}): {f.get('what')}" + (f" [{where}]" if where else ""))
         if ev.followups:
             console.text("follow-ups the evidence calls for:")
             for i, f in enumerate(ev.followups, 1):

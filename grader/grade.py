@@ -18,19 +18,22 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from grader import flags as flags_mod
+from grader import sealing
 from grader.checks import REGISTRY
 from grader.checks.throughput import Measuring
 from grader.errors import UserError
-from grader.evidence import EnvironmentFailure, RunEvidence, harness_failed, load_run
+from grader.evidence import EnvironmentFailure, RunEvidence, TamperedRun, harness_failed, load_run
 from grader.exercises import Exercise, kit_root
 from grader.judge import judge
 from grader.manifest import Manifest
-from grader.result import GradeResult, SubmissionInfo
+from grader.result import Flag, GradeResult, Isolation, SubmissionInfo
 from grader.roles import FINGERPRINTS, Plan, Role, RunRequest
 from grader.submission import Submission, assemble, check_source, files_digest
 from grader.throughput import job_rate
+from harness import sandbox
 from harness.faults import OVERFLOW_ENV
-from harness.launch import Fault, LaunchConfig, launch
+from harness.launch import KIT_ROOT, Fault, LaunchConfig, launch
 
 Progress = Callable[[str], None]
 
@@ -48,6 +51,9 @@ class GradeOptions:
     # verdict correctness decides, as a cheat in the variant corpus
     skip_measurements: bool = False
     device: str = "auto"
+    # every run of the candidate's code in a bubblewrap sandbox (harness.isolation); False only on
+    # request (--no-sandbox): the grade is then unisolated, and result.json and every report say so
+    sandbox: bool = True
 
 
 def plan(m: Manifest) -> Plan:
@@ -66,11 +72,13 @@ def plan(m: Manifest) -> Plan:
 def run_role(ex: Exercise, script_dir: Path, run_dir: Path, role: str, device: str, nproc: int,
              max_restarts: int = 0, faults: list[Fault] | None = None,
              env: dict[str, str] | None = None, script: str | None = None,
-             overflow: bool = True) -> RunEvidence:
+             overflow: bool = True, sandbox: bool = False) -> RunEvidence:
     """``script`` runs another file of the assembled folder than the entry (the compute bound),
     without the entry's arguments. ``overflow``: inject the manifest's ``[run] overflow_at_step``
     (every grading run does; recording the broken script's logs does not: the overflow is a test a
-    fix must pass, not the symptom the candidate is shown)."""
+    fix must pass, not the symptom the candidate is shown). ``sandbox``: the run's processes in a
+    bubblewrap sandbox, with the assembled folder read-only and a fresh work dir the one folder they
+    may write. The run dir is sealed once the run has ended (``grader.sealing``)."""
     m = ex.manifest
     (run_dir / "work").mkdir(parents=True, exist_ok=True)
     env = dict(env or {})
@@ -82,12 +90,35 @@ def run_role(ex: Exercise, script_dir: Path, run_dir: Path, role: str, device: s
                        startup_timeout=m.run.startup_timeout, timeout=m.run.timeout,
                        pg_timeout=m.run.pg_timeout, run_dir=run_dir, cwd=run_dir / "work",
                        faults=list(faults or []), env=env,
-                       store=m.run.store.launch_config() if m.run.store else None)
+                       store=m.run.store.launch_config() if m.run.store else None,
+                       sandbox=sandbox, limits=m.limits.to_limits())
     if launch(cfg).status == "interrupted":
         # Ctrl-C or SIGTERM ended this run (the harness ended its ranks and recorded it): the
         # grading stops here instead of going on to the next run
         raise KeyboardInterrupt
+    sealing.seal(run_dir)
     return load_run(role, run_dir)
+
+
+def isolation(opts: GradeOptions) -> Isolation:
+    """How this grading will run the candidate's code: refused (one line naming the fix) when the
+    sandbox cannot run here and ``--no-sandbox`` was not given."""
+    p = sandbox.probe()
+    if not opts.sandbox:
+        why = "graded with --no-sandbox" + ("" if p.ok else f"; {p.reason.split(':')[0]} on this machine")
+        return Isolation(kind="none", reason=why)
+    if not p.ok:
+        raise UserError(p.reason)
+    uid = sandbox.SANDBOX_UID if p.mode == "setuid" else os.geteuid()
+    return Isolation(kind="sandbox", mode=p.mode, uid=uid)
+
+
+def _check_out(out: Path) -> None:
+    """A sandboxed run may write only its work dir, which must not lie inside the kit (outside its
+    ``.trainwreck/`` folder, where gradings go by default)."""
+    if out == KIT_ROOT or KIT_ROOT in out.parents and (KIT_ROOT / ".trainwreck") not in out.parents:
+        raise UserError(f"--out {out} is inside the kit, where a sandboxed run may not write; give a folder "
+                        f"outside it, or under {KIT_ROOT / '.trainwreck'}")
 
 
 def _harness_digest() -> str:
@@ -97,10 +128,13 @@ def _harness_digest() -> str:
     return h.hexdigest()[:16]
 
 
-def reference_run(ex: Exercise, device: str, nproc: int, progress: Progress) -> RunEvidence:
+def reference_run(ex: Exercise, device: str, nproc: int, progress: Progress, sandboxed: bool = False,
+                  notes: list[str] | None = None) -> RunEvidence:
     """The reference solution's run, cached on disk: the same solution files, harness, torch, world
-    size and device give the same parameters, so it runs once per machine, not once per grading.
-    It is always recorded with parameter fingerprints: its path is what ``trajectory`` compares."""
+    size, device and isolation give the same parameters and measures, so it runs once per machine,
+    not once per grading. It is always recorded with parameter fingerprints: its path is what
+    ``trajectory`` compares. The cache lives in the kit's ``.trainwreck/``, which no sandbox shows;
+    each entry is sealed, and one that changed since is reported in ``notes`` and run again."""
     m = ex.manifest
     try:
         torch_v = importlib.metadata.version("torch")
@@ -108,19 +142,28 @@ def reference_run(ex: Exercise, device: str, nproc: int, progress: Progress) -> 
         torch_v = "none"
     key = hashlib.sha256("|".join([
         files_digest(ex.solution_dir, m.editable), _harness_digest(), torch_v, str(nproc), device,
-        " ".join(m.run.args), m.entry, "fingerprints", f"overflow={m.run.overflow_at_step}"]).encode()).hexdigest()[:20]
+        " ".join(m.run.args), m.entry, "fingerprints", f"overflow={m.run.overflow_at_step}",
+        "sandbox" if sandboxed else "unisolated", m.limits.model_dump_json()]).encode()).hexdigest()[:20]
     cache = kit_root() / ".trainwreck" / "cache" / m.slug / f"reference-ws{nproc}-{key}"
     if (cache / "run.json").exists():
-        ev = load_run("reference", cache)
-        if ev.status == "ok":
-            return ev
+        try:
+            ev = load_run("reference", cache, sealed=True)
+            if ev.status == "ok":
+                return ev
+        except TamperedRun as e:
+            note = f"the cached reference run of {m.slug} changed after it was sealed; it was run again ({e})"
+            progress(note)
+            if notes is not None:
+                notes.append(note)
+        except EnvironmentFailure:
+            pass  # unreadable: made again below
     progress(f"running the reference solution (world size {nproc}; cached afterwards)")
     tmp = cache.with_name(cache.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     src = tmp.parent / (tmp.name + "-src")
     try:
         sub = assemble(ex, "solution", None, src)
-        ev = run_role(ex, sub.dir, tmp, "reference", device, nproc, env=dict(FINGERPRINTS))
+        ev = run_role(ex, sub.dir, tmp, "reference", device, nproc, env=dict(FINGERPRINTS), sandbox=sandboxed)
     except BaseException:  # interrupted: no half-made run left in the cache
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(src, ignore_errors=True)
@@ -141,21 +184,29 @@ def grade(ex: Exercise, opts: GradeOptions, progress: Progress = lambda s: None)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
     out = (opts.out_dir or Path(".trainwreck") / "grades" / m.slug / f"{stamp}-{opts.kind}").resolve()
     check_source(ex, opts.kind, opts.workspace)  # a rejected workspace leaves no folder behind
+    iso = isolation(opts)  # refused before anything is made when the sandbox cannot run here
+    if iso.sandboxed:
+        _check_out(out)
+    else:
+        progress(f"warning: {iso.line()}")
     _make_out(out)
     sub = assemble(ex, opts.kind, opts.workspace, out / "submission")
     runs: dict[str, RunEvidence] = {}
     timings: dict[str, float] = {}
     env_failure: str | None = None
+    notes: list[str] = []
     todo = plan(m)
     try:
         for name, req in todo.runs.items():
             progress(f"running {name} (world size {req.nproc}{', killed and restarted' if req.faults else ''})")
             t = time.time()
-            runs[name] = run_role(ex, sub.dir, out / "runs" / name, name, opts.device, **req.launch_settings())
+            runs[name] = run_role(ex, sub.dir, out / "runs" / name, name, opts.device, **req.launch_settings(),
+                                  sandbox=iso.sandboxed)
             timings[name] = round(time.time() - t, 2)
         if todo.reference:
             t = time.time()
-            runs[Role.REFERENCE] = reference_run(ex, opts.device, m.world_size, progress)
+            runs[Role.REFERENCE] = reference_run(ex, opts.device, m.world_size, progress, sandboxed=iso.sandboxed,
+                                                 notes=notes)
             timings[Role.REFERENCE] = round(time.time() - t, 2)
     except EnvironmentFailure as e:
         env_failure = str(e)
@@ -165,9 +216,12 @@ def grade(ex: Exercise, opts: GradeOptions, progress: Progress = lambda s: None)
             check = REGISTRY[spec.name]
             if check.measure is not None:
                 t = time.time()
-                measurements[spec.name] = check.measure(spec, _measuring(ex, sub, out, opts, progress))
+                measurements[spec.name] = check.measure(spec, _measuring(ex, sub, out, opts, progress,
+                                                                          iso.sandboxed))
                 timings[spec.name] = round(time.time() - t, 2)
     verdict = judge(m, runs, sub.protected_changed, measurements, env_failure)
+    run_dirs = {name: str(ev.run_dir) for name, ev in runs.items()}
+    found = flags_mod.gather(sub.dir, list(m.editable), flags_mod.candidate_run_dirs(run_dirs, out), notes)
     timings["total"] = round(time.time() - t0, 2)
     res = GradeResult(
         exercise=m.slug, graded_at=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -175,7 +229,7 @@ def grade(ex: Exercise, opts: GradeOptions, progress: Progress = lambda s: None)
                                   protected_changed=sub.protected_changed),
         passed=False, score=0.0, measurements=measurements,
         environment=environment(runs.get(Role.MAIN), opts.device), timings=timings,
-        run_dirs={name: str(ev.run_dir) for name, ev in runs.items()}, out_dir=str(out),
+        run_dirs=run_dirs, out_dir=str(out), isolation=iso, flags=found, sealed=True,
     ).with_verdict(verdict.checks, verdict.score)
     res.write()
     return res
@@ -196,10 +250,12 @@ def _make_out(out: Path) -> None:
                         "with free space") from None
 
 
-def _measuring(ex: Exercise, sub: Submission, out: Path, opts: GradeOptions, progress: Progress) -> Measuring:
+def _measuring(ex: Exercise, sub: Submission, out: Path, opts: GradeOptions, progress: Progress,
+               sandboxed: bool = False) -> Measuring:
     """Launchers for the throughput roles: the broken script and the reference assembled by the
     kit, the candidate's submission, and the compute bound run from the kit's own copy of the
-    exercise (its model and batches are the kit's, whatever the submission's files say)."""
+    exercise (its model and batches are the kit's, whatever the submission's files say). When the
+    candidate's rounds are sandboxed, every role's are: the ratios compare runs made the same way."""
     m = ex.manifest
     broken = assemble(ex, "broken", None, out / "throughput-broken")
     reference = assemble(ex, "solution", None, out / "throughput-reference")
@@ -209,7 +265,7 @@ def _measuring(ex: Exercise, sub: Submission, out: Path, opts: GradeOptions, pro
     def run(role: str, tag: str) -> RunEvidence:
         progress(f"throughput {tag}: {role}")
         return run_role(ex, dirs[role], out / "runs" / f"tp-{tag}-{role}", role, opts.device, m.world_size,
-                        script=bound if role == "bound" else None)
+                        script=bound if role == "bound" else None, sandbox=sandboxed)
 
     return Measuring(run=run, repeats=opts.repeats, quick=opts.quick_throughput)
 
@@ -229,8 +285,20 @@ def environment(main: RunEvidence | None, device: str) -> dict[str, Any]:
 
 
 def regrade(old: GradeResult, ex: Exercise) -> GradeResult:
-    """Judge the stored run dirs of an earlier grading again, with the current checks."""
-    runs = {name: load_run(name, Path(d)) for name, d in old.run_dirs.items()}
+    """Judge the stored run dirs of an earlier grading again, with the current checks. Run dirs the
+    grading sealed must be as sealed: one that changed since is an environment failure (nothing in
+    it is judged), and a flag."""
+    runs: dict[str, RunEvidence] = {}
+    failures: list[str] = []
+    flags = list(old.flags)
+    for name, d in old.run_dirs.items():
+        try:
+            runs[name] = load_run(name, Path(d), sealed=old.sealed)
+        except TamperedRun as e:
+            failures.append(str(e))
+            flags.append(Flag(kind="sealed", run=name, what=f"the run dir changed after it was sealed: {e}"))
+        except EnvironmentFailure as e:
+            failures.append(str(e))
     measurements = dict(old.measurements)
     if "throughput" not in measurements and old.throughput and old.throughput.get("rounds"):
         # a result from before measurements were kept apart: its rounds are in the throughput figures
@@ -238,8 +306,11 @@ def regrade(old: GradeResult, ex: Exercise) -> GradeResult:
         measurements["throughput"] = {"rounds": rounds, "bound": any("bound" in r for r in rounds),
                                       "quick": "(quick)" in (old.throughput.get("note") or "")}
     env = next((c.message for c in old.checks if c.name == "environment"), None)
+    if failures:
+        env = "; ".join(failures)
+        runs = {}  # a grading with a tampered run is judged from none of its runs
     verdict = judge(ex.manifest, runs, old.submission.protected_changed, measurements, env)
-    res = old.model_copy(update={"measurements": measurements,
+    res = old.model_copy(update={"measurements": measurements, "flags": flags,
                                  "regraded_at": datetime.now(UTC).isoformat(timespec="seconds")})
     return res.with_verdict(verdict.checks, verdict.score)
 

@@ -82,6 +82,26 @@ class RunSettings(_Strict):
     store: StoreSettings | None = None  # the exercise's script uses harness.workloads.ArtifactStore
 
 
+class LimitSettings(_Strict):
+    """``[limits]``: the caps of each sandboxed run of this exercise, where the defaults
+    (``harness.limits.Limits``) do not fit (a workload that needs more memory or disk)."""
+
+    memory_mb: float | None = Field(None, ge=256)
+    processes: int | None = Field(None, gt=0)
+    tasks: int | None = Field(None, ge=64)
+    disk_mb: float | None = Field(None, gt=0)
+    files: int | None = Field(None, gt=0)
+    file_mb: float | None = Field(None, gt=0)
+    tmp_mb: int | None = Field(None, gt=0)
+    shm_mb: int | None = Field(None, gt=0)
+    log_mb: float | None = Field(None, gt=0)
+
+    def to_limits(self):
+        from harness.limits import Limits
+
+        return Limits(**{k: v for k, v in self.model_dump().items() if v is not None})
+
+
 def _check_spec_union():
     """The checks' own spec models, told apart by their ``name``."""
     return Annotated[functools.reduce(operator.or_, (c.spec for c in REGISTRY.values())),
@@ -115,6 +135,7 @@ class Manifest(_Strict):
     editable: list[str]
     workload: Workload
     run: RunSettings = RunSettings()
+    limits: LimitSettings = LimitSettings()
     checks: list[CheckSpec]
     broken_fails: list[str] = Field(description="checks the broken script must fail")
     issues: list[Issue] = []  # when given, the score is the weighted share of issues fixed

@@ -29,6 +29,44 @@ class SubmissionInfo(BaseModel):
     protected_changed: list[str] = []
 
 
+class Flag(BaseModel):
+    """Something the submission touched that a fix has no reason to (``grader.flags``): for the
+    interviewer to read; never a verdict by itself."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    kind: str  # source | tampering | stray | trap | limit | sealed
+    what: str  # one line, candidate text made printable
+    run: str | None = None  # the run it was seen in (tampering, stray, trap, limit)
+    where: str | None = None  # file:line of the submission (source)
+
+    def line(self) -> str:
+        at = f" ({self.where})" if self.where else f" (in the {self.run} run)" if self.run else ""
+        return f"{self.kind}: {self.what}{at}"
+
+
+class Isolation(BaseModel):
+    """How the candidate's code ran: ``sandbox`` (bubblewrap, ``mode`` setuid or userns, the run's
+    ``uid``) or ``none`` (unisolated, with the reason)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    kind: str  # sandbox | none
+    reason: str | None = None
+    mode: str | None = None
+    uid: int | None = None
+
+    @property
+    def sandboxed(self) -> bool:
+        return self.kind == "sandbox"
+
+    def line(self) -> str:
+        if self.sandboxed:
+            return f"isolation: sandbox (bubblewrap, {self.mode} mode" + \
+                (f", uid {self.uid})" if self.uid is not None else ")")
+        return f"isolation: NONE, the candidate's code ran unisolated ({self.reason})"
+
+
 class GradeResult(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -50,6 +88,10 @@ class GradeResult(BaseModel):
     timings: dict[str, float] = {}
     run_dirs: dict[str, str] = {}
     out_dir: str = ""
+    # how the candidate's code ran; None in a result written before the sandbox existed
+    isolation: Isolation | None = None
+    flags: list[Flag] = []  # for a human to read: what the submission touched (grader.flags)
+    sealed: bool = False  # the run dirs were sealed (grader.sealing): regrade verifies them
 
     @property
     def exit_code(self) -> int:

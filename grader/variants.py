@@ -166,7 +166,8 @@ def workspace(v: Variant, ex, dest: Path) -> Path:
     return dest
 
 
-def grade_variant(v: Variant, out_dir: Path, device: str = "auto", progress=lambda s: None) -> Outcome:
+def grade_variant(v: Variant, out_dir: Path, device: str = "auto", progress=lambda s: None,
+                  sandbox: bool = True) -> Outcome:
     from grader.exercises import find_script
     from grader.grade import GradeOptions, grade
 
@@ -174,5 +175,5 @@ def grade_variant(v: Variant, out_dir: Path, device: str = "auto", progress=lamb
     ws = workspace(v, ex, out_dir / "workspace")
     res = grade(ex, GradeOptions(kind="workspace", workspace=ws, out_dir=out_dir / "grade", device=device,
                                  quick_throughput=v.spec.throughput == "quick",
-                                 skip_measurements=v.spec.throughput == "skip"), progress)
+                                 skip_measurements=v.spec.throughput == "skip", sandbox=sandbox), progress)
     return judge(v, res)

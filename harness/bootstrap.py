@@ -3,6 +3,11 @@ launcher once per rank. Installs the instrumentation, then runs SCRIPT as ``__ma
 ``runpy``, so an unmodified torch script is observed without its cooperation.
 
 Without ``TRAINWRECK_RUN_DIR`` in the environment it only runs the script.
+
+In a sandboxed launch (``TRAINWRECK_CHANNEL`` set: ``harness.channel.active()``) the run dir is not
+visible: records, logs, stacks and the final parameters go to the parent over the channel, which
+signs and stores them; what the recorder writes to files itself goes to a scratch dir in the
+sandbox's private ``/tmp`` first. No key is in this process then (docs/sandbox.md).
 """
 
 from __future__ import annotations
@@ -17,16 +22,21 @@ import sys
 import time
 from pathlib import Path
 
-from harness import rundir
+from harness import channel, rundir
 
 STACK_SIGNAL = signal.SIGUSR1
+SCRATCH = Path("/tmp/.trainwreck")  # sandboxed: the recorder's own files, before they are sent
+
+
+def _attempt_header(attempt: int) -> bytes:
+    return f"=== attempt {attempt} (pid {os.getpid()}) ===\n".encode()
 
 
 def _redirect_output(rank_dir: Path, attempt: int) -> None:
     """Point fds 1 and 2 at the rank's log files, so C++ output (gloo, NCCL) lands there too."""
     for fd, name in ((1, rundir.STDOUT), (2, rundir.STDERR)):
         f = open(rank_dir / name, "ab", buffering=0)
-        f.write(f"=== attempt {attempt} (pid {os.getpid()}) ===\n".encode())
+        f.write(_attempt_header(attempt))
         os.dup2(f.fileno(), fd)
         f.close()
 
@@ -40,21 +50,25 @@ def main(argv: list[str]) -> int:
     if not run_dir_s:
         return _run_script(script, args)
 
-    run_dir = Path(run_dir_s)
+    sandboxed = channel.active()
+    run_dir = SCRATCH if sandboxed else Path(run_dir_s)
     rank = int(os.environ.get("RANK", "0"))
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    # The key must not be visible to the script, nor to anything it starts.
+    # The key must not be visible to the script, nor to anything it starts (sandboxed: there is none).
     key = os.environ.pop(rundir.KEY_ENV, "")
     rdir = rundir.rank_dir(run_dir, rank)
     rdir.mkdir(parents=True, exist_ok=True)
     if os.environ.pop("TRAINWRECK_CAPTURE", "1") == "1":
-        _redirect_output(rdir, attempt)
+        if sandboxed:
+            channel.redirect_output(_attempt_header(attempt))
+        else:
+            _redirect_output(rdir, attempt)
 
-    stacks = open(rdir / rundir.STACKS, "a", buffering=1)
+    stacks = channel.open_stream(rundir.STACKS) if sandboxed else open(rdir / rundir.STACKS, "a", buffering=1)
     faulthandler.register(STACK_SIGNAL, file=stacks, all_threads=True, chain=False)
     # Before torch is imported (seconds on a busy machine): from here on the watchdog knows this
     # rank's pid, so it can ask for its stacks, or see that it died, even during the imports.
-    boot = rundir.RecordWriter(rdir / rundir.EVENTS, key)
+    boot = channel.open_writer(rdir / rundir.EVENTS, key)
     boot.write({"kind": "boot", "attempt": attempt, "t": time.time(), "pid": os.getpid(), "rank": rank})
     boot.close()
 
@@ -92,6 +106,10 @@ def main(argv: list[str]) -> int:
             sys.stderr.write(f"trainwreck --profile: {instrument.describe_exception(e)}")
     try:
         saved = rec.save_final_params()
+        path = rec.dir / rundir.FINAL_PARAMS
+        if sandboxed and path.exists():  # the parent stores it where no process of the run can reach
+            saved["params_sha256"] = channel.send_file(rundir.FINAL_PARAMS, path.read_bytes())
+            path.unlink()
     except Exception as e:  # never let saving mask the script's outcome
         saved = {"save_error": repr(e)}
     rec.event("exit", status=status, code=code, steps=rec.step, error=error, **saved)

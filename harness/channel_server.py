@@ -22,6 +22,7 @@ import os
 import re
 import selectors
 import socket
+import stat
 import struct
 import tempfile
 import threading
@@ -91,6 +92,42 @@ class _Conn:
     part: Path | None = None
 
 
+DIR_PREFIX = "tw-chan-"
+
+
+def sweep_stale(tmp: Path | None = None) -> list[Path]:
+    """Remove channel folders a killed grader left behind (SIGKILL runs no clean-up: its folder stays,
+    holding a dead socket). A folder is ``tw-chan-<pid>-<random>``; it is stale when it is ours and
+    that pid is gone. Returns what was removed."""
+    removed = []
+    for d in Path(tmp or tempfile.gettempdir()).glob(f"{DIR_PREFIX}*-*"):
+        try:
+            pid = int(d.name[len(DIR_PREFIX):].split("-", 1)[0])
+            st = os.lstat(d)
+        except (ValueError, OSError):
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or pid == os.getpid() or _alive(pid):
+            continue
+        for child in list(d.iterdir()) if d.is_dir() else []:
+            child.unlink(missing_ok=True)
+        try:
+            d.rmdir()
+            removed.append(d)
+        except OSError:
+            pass
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class ChannelServer:
     def __init__(self, run_dir: Path, key: str, identify: Callable[[int], Peer | None],
                  limits: ServerLimits = ServerLimits(), uid: int | None = None):
@@ -100,7 +137,9 @@ class ChannelServer:
         self.key = key
         self.identify = identify
         self.limits = limits
-        self.dir = Path(tempfile.mkdtemp(prefix="tw-chan-"))  # short: sun_path holds 108 bytes
+        sweep_stale()
+        # short (sun_path holds 108 bytes), and naming the grader's pid, so a later one can tell it stale
+        self.dir = Path(tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-"))
         self.path = self.dir / SOCKET_NAME
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(str(self.path))

@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from harness import collectives, faults, memstats, rundir, saves, work
+from harness import channel, collectives, faults, memstats, rundir, saves, work
 
 _recorder: Recorder | None = None
 
@@ -51,8 +51,8 @@ class Recorder:
         self.key = key
         self.attempt = attempt
         self.dir = rundir.rank_dir(run_dir, rank)
-        self.events = rundir.RecordWriter(self.dir / rundir.EVENTS, key)
-        self.collectives = rundir.RecordWriter(self.dir / rundir.COLLECTIVES, key)
+        self.events = channel.open_writer(self.dir / rundir.EVENTS, key)
+        self.collectives = channel.open_writer(self.dir / rundir.COLLECTIVES, key)
         self._samples: rundir.RecordWriter | None = None
         self._samples_pid = -1
         self.step = 0
@@ -106,7 +106,7 @@ class Recorder:
     def sample(self, dataset: str, index: int) -> None:
         # DataLoader workers are forked: each process needs its own file handle.
         if self._samples is None or self._samples_pid != os.getpid():
-            self._samples = rundir.RecordWriter(self.dir / rundir.SAMPLES, self.key)
+            self._samples = channel.open_writer(self.dir / rundir.SAMPLES, self.key)
             self._samples_pid = os.getpid()
         self._samples.write({"a": self.attempt, "ds": dataset, "i": int(index), "s": self.step})
 

@@ -24,20 +24,26 @@ from typing import Any
 
 import psutil
 
-from harness import defaults, rundir, store_service
+from harness import defaults, rundir, sandbox, store_service
 from harness.errors import LaunchError
 from harness.failure import find_failure, launcher_exit_codes
+from harness.isolation import IsolatedRun, IsolationConfig
+from harness.limits import Limits, Violation
 from harness.monitor import Monitor, Snapshot
 from harness.observe import observe_rank
 from harness.phases import PROFILE_ENV, SCHEDULE
 from harness.proctree import ProcessTree
+from harness.sandbox import SandboxError
 from harness.watchdog import collect_hang
 
 KIT_ROOT = Path(__file__).resolve().parent.parent
-STATUSES = ("ok", "failed", "hung", "timeout", "interrupted")
+STATUSES = ("ok", "failed", "hung", "timeout", "interrupted", "limit")
 # How often to look for new descendants. Each look scans the process table on cores the ranks are
 # using; anything missed between looks is still found at the end (the tree's env marker).
 TREE_REFRESH_S = 1.0
+# Sandboxed: an outside sample of every rank at each poll (memory_flat judges from them; a short run
+# still gets several). Each look costs 2-3 ms of the parent's time.
+OUTSIDE_SAMPLE_S = 0.2
 
 
 @dataclass
@@ -74,6 +80,11 @@ class LaunchConfig:
     profile: bool = False  # per-phase step timer and a torch.profiler trace in every rank
     # the kit's artifact store, run as a service outside the ranks for this launch (harness.store_service)
     store: store_service.StoreConfig | None = None
+    # Run the launcher and its ranks in a bubblewrap sandbox (harness.isolation, docs/sandbox.md):
+    # records over the parent's channel, no key in any rank, memory and CPU sampled from outside,
+    # ``limits`` enforced. Needs ``cwd``: the one folder the run may write.
+    sandbox: bool = False
+    limits: Limits = field(default_factory=Limits)
 
     def validate(self) -> None:
         if not self.script.is_file():
@@ -89,6 +100,11 @@ class LaunchConfig:
                 raise LaunchError(f"--{name.replace('_', '-')} must be positive")
         if self.store is not None:
             self.store.validate()
+        if self.sandbox and self.cwd is None:
+            raise LaunchError("a sandboxed launch needs a work dir (the one folder the run may write): give cwd")
+        if self.sandbox and self.nnodes > 1:
+            raise LaunchError("a sandboxed launch has loopback networking only: --nnodes > 1 cannot rendezvous; "
+                              "launch without the sandbox")
 
 
 @dataclass
@@ -104,6 +120,8 @@ class RunResult:
     device: str = "cpu"
     cwd: Path | None = None  # where the script ran
     pg_timeout: dict[str, Any] | None = None  # only when the harness supplied one: see _pg_timeout
+    limit: dict[str, Any] | None = None  # status "limit": the limit the run went past (Violation.to_json)
+    sandbox: dict[str, Any] | None = None  # what sandbox.json holds; None when the run was not sandboxed
 
     @property
     def ok(self) -> bool:
@@ -115,7 +133,8 @@ class RunResult:
             "wall_s": round(self.wall_s, 3), "device": self.device, "exit_code": self.exit_code,
             "cwd": str(self.cwd) if self.cwd else None, "pg_timeout": self.pg_timeout,
             "ranks": [{k: r.get(k) for k in RANK_FIELDS} for r in self.ranks],
-            "hang": self.hang, "failure": self.failure,
+            "hang": self.hang, "failure": self.failure, "limit": self.limit,
+            "sandboxed": self.sandbox is not None,
         }
 
 
@@ -165,7 +184,9 @@ def build_env(cfg: LaunchConfig, run_dir: Path, key: str, device: str) -> dict[s
     env = dict(os.environ)
     env.update(cfg.env)
     env[rundir.RUN_DIR_ENV] = str(run_dir.resolve())
-    env[rundir.KEY_ENV] = key
+    env.pop(rundir.KEY_ENV, None)
+    if not cfg.sandbox:  # sandboxed, the parent signs what arrives over the channel: no rank holds the key
+        env[rundir.KEY_ENV] = key
     env.pop(rundir.PG_TIMEOUT_ENV, None)
     if cfg.pg_timeout is not None:
         env[rundir.PG_TIMEOUT_ENV] = str(cfg.pg_timeout)
@@ -198,6 +219,8 @@ def launch(
     run_dir = (cfg.run_dir or default_run_dir(cfg.script)).resolve()
     if (run_dir / "run.json").exists():
         raise LaunchError(f"{run_dir} already holds a run; choose another --run-dir")
+    if cfg.sandbox and not (p := sandbox.probe()).ok:
+        raise LaunchError(p.reason)
     run_dir.mkdir(parents=True, exist_ok=True)
     if cfg.cwd is not None:
         Path(cfg.cwd).mkdir(parents=True, exist_ok=True)
@@ -209,18 +232,34 @@ def launch(
     monitor = Monitor(run_dir, startup_timeout=cfg.startup_timeout, hang_timeout=cfg.hang_timeout,
                       key=key, tee=tee)
     status, hang, exit_code = "failed", None, None
+    violation: Violation | None = None
+    iso = _isolated_run(cfg, run_dir, key, device) if cfg.sandbox else None
     env = build_env(cfg, run_dir, key, device)
-    store = store_service.start(cfg.store, run_dir, key, cwd) if cfg.store else None
-    if store:
-        env.update(store.env())
+    store = None
     try:
-        with open(run_dir / "launcher.log", "ab") as log:
-            proc = psutil.Popen(cmd, env=env, stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd=cwd, start_new_session=True)
-    except BaseException:
+        if cfg.store and iso is not None:  # the socket in the channel's folder, the one the ranks can reach
+            store = store_service.start(cfg.store, run_dir, key, cwd, socket_dir=iso.server.dir,
+                                        uid=iso.policy.run_uid(), visible_dir=sandbox.CHANNEL_MOUNT)
+        elif cfg.store:
+            store = store_service.start(cfg.store, run_dir, key, cwd)
+        if store:
+            env.update(store.env())
+        if iso is not None:
+            wrapped = iso.wrap(cmd, env)
+            proc = psutil.Popen(wrapped.argv, env=wrapped.env, stdout=iso.output_fd(), stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True)
+            iso.started(proc.pid)
+        else:
+            with open(run_dir / "launcher.log", "ab") as log:
+                proc = psutil.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    cwd=cwd, start_new_session=True)
+    except BaseException as e:
         if store:
             store.stop()
+        if iso is not None:
+            iso.close()
+            if isinstance(e, SandboxError):
+                raise LaunchError(str(e)) from None
         raise
     tree = ProcessTree(proc, env_marker=(rundir.RUN_DIR_ENV, str(run_dir)))
     prev_term = _raise_on_sigterm()
@@ -228,7 +267,9 @@ def launch(
     try:
         while True:
             exit_code = proc.poll()
-            if time.time() - refreshed > TREE_REFRESH_S:
+            # Sandboxed, the PID namespace is the tree (terminate() still scans it once): no
+            # periodic psutil scan of every process on the machine.
+            if iso is None and time.time() - refreshed > TREE_REFRESH_S:
                 tree.refresh()
                 refreshed = time.time()
             snap = monitor.poll()  # after the exit check: the last lines are read even on the final pass
@@ -236,6 +277,9 @@ def launch(
                 on_progress(snap)
             if exit_code is not None:
                 status = "ok" if exit_code == 0 else "failed"
+                break
+            if iso is not None and (violation := iso.poll()) is not None:
+                status = "limit"
                 break
             if cfg.timeout and time.time() - started > cfg.timeout:
                 status = "timeout"
@@ -261,14 +305,34 @@ def launch(
                 store.stop()
             if exit_code is None:
                 exit_code = proc.poll()  # how the launcher ended when we ended it (None: not known)
-            result = _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, device, cwd)
+            # After the tree is gone (the channel drains to its end, the work dir is sealed against
+            # traps), before _finish reads what the ranks sent.
+            summary = iso.close() if iso is not None else None
+            result = _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, device, cwd,
+                             violation, summary)
         finally:
             _restore(signal.SIGTERM, prev_term)
             _restore(signal.SIGINT, prev_int)
     return result
 
 
-def _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, device, cwd) -> RunResult:
+def _isolated_run(cfg: LaunchConfig, run_dir: Path, key: str, device: str) -> IsolatedRun:
+    """The sandbox, channel, sampler and limits of one run, ready to wrap the launcher's command.
+    The script's folder is readable (read-only), the work dir the one folder it may write."""
+    iso = IsolatedRun(IsolationConfig(kit_root=KIT_ROOT, readable=[cfg.script.resolve().parent],
+                                      work_dir=Path(cfg.cwd).resolve(), limits=cfg.limits,
+                                      gpu=device == "cuda", sample_every_s=OUTSIDE_SAMPLE_S), run_dir, key)
+    try:
+        iso.prepare()
+    except SandboxError as e:
+        if iso.server is not None:
+            iso.server.stop(drain_s=0)
+        raise LaunchError(str(e)) from None
+    return iso
+
+
+def _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, device, cwd,
+            violation: Violation | None = None, sandbox: dict[str, Any] | None = None) -> RunResult:
     world_size = cfg.nproc * cfg.nnodes
     observed = [observe_rank(run_dir, r, key) for r in rundir.ranks_in(run_dir)]
     failure = find_failure(run_dir, observed) if status == "failed" else None
@@ -294,11 +358,13 @@ def _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, de
     result = RunResult(status=status, run_dir=run_dir, world_size=world_size,
                        wall_s=time.time() - started, exit_code=exit_code,
                        ranks=ranks, hang=hang, failure=failure, device=device, cwd=cwd,
-                       pg_timeout=_pg_timeout(cfg, run_dir, key))
+                       pg_timeout=_pg_timeout(cfg, run_dir, key),
+                       limit=violation.to_json() if violation else None, sandbox=sandbox)
     cfg_json = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
     rundir.atomic_write_json(run_dir / "run.json", {
         "schema_version": rundir.RUN_SCHEMA_VERSION, "key": key, "started_at": started_iso,
         "command": build_command(cfg), "config": cfg_json, **result.to_json(),
+        "sandbox": sandbox if sandbox is not None else {"isolated": False},
     })
     return result
 

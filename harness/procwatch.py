@@ -99,7 +99,7 @@ class ProcWatch:
         self.root_pid = root_pid
         self._lock = threading.Lock()
         self._scan = _Scan()
-        self._ranks: dict[tuple[int, float], RankProc | None] = {}  # None: a launcher child, no rank
+        self._ranks: dict[tuple[int, float], RankProc] = {}  # identified ranks, by (pid, start time)
         self.duplicates: list[RankProc] = []  # a second live process claiming a rank and attempt
 
     # -- the tree --------------------------------------------------------------------------
@@ -146,10 +146,13 @@ class ProcWatch:
                                 ns_pid=(ns_pids(pid) or [0])[-1], started=created)
         except (psutil.Error, ValueError):
             info = None
-        if info is not None:
-            for other in self._live_ranks():
-                if (other.rank, other.attempt) == (info.rank, info.attempt) and other.pid != pid:
-                    self.duplicates.append(info)
+        if info is None:
+            # Not cached: between its fork and its exec a rank still has the launcher's environment,
+            # without RANK (a scan in that instant once left rank 1 unidentified for the whole run).
+            return None
+        for other in self._live_ranks():
+            if (other.rank, other.attempt) == (info.rank, info.attempt) and other.pid != pid:
+                self.duplicates.append(info)
         self._ranks[key] = info
         return info
 

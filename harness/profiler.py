@@ -30,7 +30,7 @@ import torch
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from harness import rundir
+from harness import channel, rundir
 from harness.instrument import Recorder
 from harness.phases import PROFILE, SCHEDULE, PhaseTimer
 
@@ -44,7 +44,7 @@ class Profiler:
         self.cuda = torch.cuda.is_available()
         sync = (lambda: torch.cuda.is_initialized() and torch.cuda.synchronize()) if self.cuda else None
         self.timer = PhaseTimer(before_clock=sync)
-        self.out = rundir.RecordWriter(rec.dir / PROFILE, rec.key)
+        self.out = channel.open_writer(rec.dir / PROFILE, rec.key)
         self._bg = 0.0  # seconds of torch.save on other threads since the last step
         self._bg_lock = threading.Lock()
         self._traced: list[int] = []  # harness step numbers recorded by the torch profiler
@@ -82,8 +82,16 @@ class Profiler:
         os.replace(tmp, path)
         steps = [self._traced[0], self._traced[-1]] if self._traced else None
         self._trace_written = True
-        self.write("trace", file=self.trace_file, sha256=rundir.sha256_file(path),
-                   bytes=path.stat().st_size, steps=steps)
+        sha, size = rundir.sha256_file(path), path.stat().st_size
+        if channel.active():  # sandboxed: the parent stores the trace in the run dir
+            try:
+                channel.send_file(self.trace_file, path.read_bytes())
+            except OSError as e:
+                self.write("trace_error", error=f"the parent did not store the trace: {e}")
+                return
+            finally:
+                path.unlink(missing_ok=True)
+        self.write("trace", file=self.trace_file, sha256=sha, bytes=size, steps=steps)
 
     def _trace_failed(self, e: BaseException) -> None:
         # A script running its own torch.profiler, say: the phases go on, the trace is given up.

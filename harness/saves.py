@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import rundir
+from harness import channel, rundir
 
 _lock = threading.Lock()
 _seq = 0
@@ -69,7 +69,7 @@ class SaveTrace:
     """Writes the trace records of one rank (thread-safe: background savers write here too)."""
 
     def __init__(self, run_dir: Path, rank: int, key: str, attempt: int, step: Callable[[], int]):
-        self._w = rundir.RecordWriter(rundir.rank_dir(run_dir, rank) / rundir.SAVES, key)
+        self._w = channel.open_writer(rundir.rank_dir(run_dir, rank) / rundir.SAVES, key)
         self._attempt = attempt
         self._step = step
         self._wlock = threading.Lock()

@@ -27,6 +27,11 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
         evidence["hang"] = hang
         return CheckResult("completes", False, f"no rank made progress for "
                            f"{hang.get('since_progress_s', '?')} s: {where}", evidence)
+    if ev.status == "limit":  # sandboxed: the parent ended the run at a cap (memory, processes, disk, files)
+        limit = ev.run.get("limit") or {}
+        evidence["limit"] = limit
+        return CheckResult("completes", False, f"the run was ended at a limit: {limit.get('message', 'unknown')}",
+                           evidence)
     if ev.status == "timeout":
         return CheckResult("completes", False, f"the job ran past its {ctx.manifest.run.timeout:.0f} s limit", evidence)
     failure = ev.run.get("failure") or {}

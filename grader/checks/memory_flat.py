@@ -1,7 +1,10 @@
 """memory_flat: memory stays flat, judged from more than one signal, so that offsetting one of them
 (a pre-allocated balloon released as a leak grows keeps the RSS slope flat) does not hide a leak:
 
-- the slope of memory per step after warm-up (CUDA allocated where present, else process RSS);
+- the slope of memory per step after warm-up (CUDA allocated where present, else RSS: in a
+  sandboxed run the RSS of the rank's processes sampled by the parent from outside and aligned to
+  the steps by the parent's receive times, ``grader.evidence.memory``; a script that patches what
+  the rank reports of itself changes nothing);
 - the level: the median after warm-up against the reference run's (a balloon that offsets a
   leak must start high);
 - where the step records carry them (``harness/memstats.py``: every few steps), the counts of live
@@ -19,6 +22,7 @@ from typing import Literal
 from pydantic import Field
 
 from grader.checks.base import Check, CheckResult, CheckSpec, Context, need
+from grader.evidence.memory import rank_series
 
 MIN_POINTS = 20  # fewer steps than this after warm-up cannot tell a leak from noise
 MIN_COUNTS = 8  # counted steps after warm-up needed to judge the counts (they are not noisy)
@@ -83,11 +87,11 @@ def _median(xs: list[float]) -> float:
 def _level(ev, warmup: int) -> tuple[float, str]:
     """The highest per-rank median after warm-up, and what it measures."""
     best, what = 0.0, "RSS"
-    for obs in ev.ranks.values():
-        series, w = (obs.cuda_alloc_mb, "allocated CUDA memory") if obs.cuda_alloc_mb else (obs.rss_mb, "RSS")
-        m = _median(series[warmup:])
+    for r in ev.ranks:
+        series = rank_series(ev, r)
+        m = _median(series.values[warmup:])
         if m >= best:
-            best, what = m, w
+            best, what = m, series.what
     return best, what
 
 
@@ -98,16 +102,17 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     if isinstance(ev, CheckResult):
         return ev
     per_rank, worst = {}, None
-    for r, obs in sorted(ev.ranks.items()):
-        series, what = (obs.cuda_alloc_mb, "allocated CUDA memory") if obs.cuda_alloc_mb else (obs.rss_mb, "RSS")
-        ys = series[spec.warmup_steps:]
-        if len(ys) < MIN_POINTS:
+    for r in sorted(ev.ranks):
+        series = rank_series(ev, r)
+        if len(series.values) < spec.warmup_steps + MIN_POINTS:
             return CheckResult("memory_flat", False,
-                               f"rank {r} made {len(series)} steps; at least {spec.warmup_steps + MIN_POINTS} "
-                               "are needed to measure memory growth", {"steps": len(series)})
+                               f"rank {r} made {len(series.values)} steps; at least {spec.warmup_steps + MIN_POINTS} "
+                               "are needed to measure memory growth", {"steps": len(series.values)})
+        ys = series.after(spec.warmup_steps, MIN_POINTS)
         s = slope(ys)
         per_rank[r] = {"slope_mb_per_step": round(s, 5), "start_mb": round(ys[0], 1),
-                       "end_mb": round(ys[-1], 1), "steps": len(ys), "measure": what}
+                       "end_mb": round(ys[-1], 1), "steps": len(ys), "measure": series.what,
+                       "outside": series.outside}
         if worst is None or s > per_rank[worst]["slope_mb_per_step"]:
             worst = r
     w = per_rank[worst]

@@ -12,7 +12,10 @@ from grader.errors import EXIT_FAIL, EXIT_OK
 
 @click.command("demo")
 @click.argument("slug", default="memory-leak")
-def command(slug):
+@click.option("--no-sandbox", "no_sandbox", is_flag=True,
+              help="Run the graded code without the bubblewrap sandbox (unisolated: only where the sandbox cannot run; "
+                   "result.json and every report say so).")
+def command(slug, no_sandbox):
     """The kit end to end on one exercise: the broken script graded (failing, with its evidence),
     then the reference fix graded (passing)."""
     from grader.exercises import find_script as find
@@ -21,10 +24,10 @@ def command(slug):
     ex = find(slug)
     console.text(f"== {ex.manifest.title}: {ex.manifest.symptom}")
     console.text("== 1/2 grading the broken script as shipped")
-    broken = grade(ex, GradeOptions(kind="broken"), progress=console.info)
+    broken = grade(ex, GradeOptions(kind="broken", sandbox=not no_sandbox), progress=console.info)
     console.grade_result(broken)
     console.text("== 2/2 grading the reference fix")
-    fixed = grade(ex, GradeOptions(kind="solution"), progress=console.info)
+    fixed = grade(ex, GradeOptions(kind="solution", sandbox=not no_sandbox), progress=console.info)
     console.grade_result(fixed)
     ok = not broken.passed and fixed.passed
     console.text("demo " + ("complete: the broken script fails and the fix passes" if ok else

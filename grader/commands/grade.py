@@ -22,7 +22,10 @@ from grader.errors import UserError
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Where result.json and the run dirs go.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-def command(slug, workspace, kind, repeats, device, out, as_json):
+@click.option("--no-sandbox", "no_sandbox", is_flag=True,
+              help="Run the graded code without the bubblewrap sandbox (unisolated: only where the sandbox cannot run; "
+                   "result.json and every report say so).")
+def command(slug, workspace, kind, repeats, device, out, as_json, no_sandbox):
     """Grade a fix of exercise SLUG: run it as the manifest asks, judge the runs, write result.json.
 
     Inside a practice workspace (`trainwreck start`) or a session workspace, SLUG may be left out:
@@ -42,11 +45,12 @@ def command(slug, workspace, kind, repeats, device, out, as_json):
         if practice is not None and (marker is None or len(practice.parts) > len(marker.dir.parts)):
             marker = None  # the nearer workspace is a practice one
         if marker is not None and slug in (None, marker.exercise):
-            res = record_attempt(marker, repeats=repeats, device=device, out=out, progress=console.info)
+            res = record_attempt(marker, repeats=repeats, device=device, out=out, progress=console.info,
+                                 sandbox=not no_sandbox)
             console.grade_result(res, as_json)
             sys.exit(res.exit_code)
         if practice is not None:
-            _practice(practice, slug, repeats, device, out, as_json)
+            _practice(practice, slug, repeats, device, out, as_json, not no_sandbox)
     if slug is None:
         raise UserError("give SLUG (with --workspace DIR, --solution or --broken), or run `trainwreck grade` inside "
                         "a practice workspace (`trainwreck start SLUG` makes one) or a session workspace")
@@ -57,12 +61,12 @@ def command(slug, workspace, kind, repeats, device, out, as_json):
     from grader.grade import GradeOptions, grade
 
     res = grade(find(slug), GradeOptions(kind=kind, workspace=workspace, out_dir=out, repeats=repeats,
-                                         device=device), progress=console.info)
+                                         device=device, sandbox=not no_sandbox), progress=console.info)
     console.grade_result(res, as_json)
     sys.exit(res.exit_code)
 
 
-def _practice(root: Path, slug: str | None, repeats, device, out, as_json) -> None:
+def _practice(root: Path, slug: str | None, repeats, device, out, as_json, sandbox: bool = True) -> None:
     """Grade the practice workspace at ``root`` and record the attempt in its state file."""
     from grader import console_practice
     from grader.practice.grading import grade_workspace
@@ -71,7 +75,8 @@ def _practice(root: Path, slug: str | None, repeats, device, out, as_json) -> No
     ws = open_workspace(root)
     if slug not in (None, ws.slug):
         return  # another exercise than the workspace's: graded as usual, not recorded
-    res, shown = grade_workspace(ws, repeats=repeats, device=device, out=out, progress=console.info)
+    res, shown = grade_workspace(ws, repeats=repeats, device=device, out=out, progress=console.info,
+                                 sandbox=sandbox)
     if as_json:
         console.emit_json(shown)
     else:

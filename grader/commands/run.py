@@ -12,7 +12,7 @@ import click
 from grader import console
 from grader.errors import EXIT_FAIL, EXIT_OK, UserError
 from harness import defaults
-from harness.launch import LaunchConfig, default_run_dir, launch
+from harness.launch import KIT_ROOT, LaunchConfig, default_run_dir, launch
 from harness.phases import read_run as read_profile
 
 
@@ -43,20 +43,35 @@ from harness.phases import read_run as read_profile
 @click.option("--tee", is_flag=True, help="Also print every rank's output (to stderr, prefixed with its rank).")
 @click.option("--profile", is_flag=True,
               help="Time each step's phases per rank and write a torch.profiler trace per rank.")
+@click.option("--sandbox", is_flag=True,
+              help="Run it as gradings run a candidate's code: in a bubblewrap sandbox, in a fresh work dir "
+                   "(<run-dir>/work) with the script's folder read-only, records signed by the parent, "
+                   "memory and disk limits enforced.")
 def command(target, script_args, nproc, nnodes, rdzv_endpoint, rdzv_id, max_restarts, device,
-            hang_timeout, startup_timeout, timeout, pg_timeout, run_dir, as_json, tee, profile):
+            hang_timeout, startup_timeout, timeout, pg_timeout, run_dir, as_json, tee, profile, sandbox):
     """Launch TARGET (a script path or an exercise slug) across ranks and observe every rank.
 
     The script runs in the current directory, as under torchrun: its relative paths (config files,
     data, its own checkpoints) are the caller's. Everything the harness writes goes to the run dir.
     Arguments after `--` go to the script. Inside a practice workspace TARGET may be left out: the
     workspace's script runs as the grader runs it (the exercise's world size, arguments and
-    timeouts); naming that script does the same and lets arguments follow `--`.
+    timeouts); naming that script does the same and lets arguments follow `--`. With --sandbox it
+    runs unseen by the rest of the machine, as a grading runs it, in <run-dir>/work.
     """
     cfg = _config_for(target, list(script_args), nproc=nproc, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint,
                       rdzv_id=rdzv_id, max_restarts=max_restarts, device=device, hang_timeout=hang_timeout,
                       startup_timeout=startup_timeout, timeout=timeout, pg_timeout=pg_timeout, run_dir=run_dir,
                       profile=profile)
+    if sandbox:
+        from harness.sandbox import probe
+
+        if not (p := probe()).ok:
+            raise UserError(p.reason.replace("grade with --no-sandbox (unisolated)", "run without --sandbox"))
+        where = Path(cfg.run_dir).resolve()
+        if KIT_ROOT in where.parents and KIT_ROOT / ".trainwreck" not in where.parents:
+            raise UserError(f"--sandbox: the run dir {where} is inside the kit, where a sandboxed run may not write; "
+                            "give --run-dir a folder outside it")
+        cfg.sandbox, cfg.cwd = True, cfg.run_dir / "work"
     with console.live_progress(enabled=not (as_json or tee)) as on_progress:
         res = launch(cfg, on_progress=on_progress, tee=console.rank_line if tee else None)
     prof = read_profile(res.run_dir) if profile else None

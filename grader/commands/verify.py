@@ -22,10 +22,13 @@ from grader.errors import EXIT_FAIL, EXIT_OK, UserError
 @click.option("--variants", is_flag=True,
               help="Grade the variant corpus (tests/variants/<slug>/<name>) instead: every valid fix in another "
                    "style must pass, every partial fix and cheat must fail as its variant.toml says.")
-def command(slugs, device, out, as_json, variants):
+@click.option("--no-sandbox", "no_sandbox", is_flag=True,
+              help="Run the graded code without the bubblewrap sandbox (unisolated: only where the sandbox cannot run; "
+                   "result.json and every report say so).")
+def command(slugs, device, out, as_json, variants, no_sandbox):
     """Prove every exercise (or SLUGS) fails as shipped and passes with its reference solution."""
     if variants:
-        _variants(list(slugs), device, out, as_json)
+        _variants(list(slugs), device, out, as_json, not no_sandbox)
     from grader.exercises import discover
     from grader.exercises import find_script as find
     from grader.verify import Verification, verify
@@ -39,7 +42,7 @@ def command(slugs, device, out, as_json, variants):
     out = (out or Path(".trainwreck") / "verify" / datetime.now().strftime("%Y%m%d-%H%M%S")).resolve()
     report = [Verification.unloadable(e) for e in errors]
     for ex in found:
-        v = verify(ex, out / ex.slug, device=device, progress=console.info)
+        v = verify(ex, out / ex.slug, device=device, progress=console.info, sandbox=not no_sandbox)
         report.append(v)
         if not as_json:
             console.verify_line(v)
@@ -48,7 +51,7 @@ def command(slugs, device, out, as_json, variants):
     sys.exit(EXIT_OK if all(v.ok for v in report) else EXIT_FAIL)
 
 
-def _variants(slugs: list[str], device: str, out: Path | None, as_json: bool) -> None:
+def _variants(slugs: list[str], device: str, out: Path | None, as_json: bool, sandbox: bool = True) -> None:
     from grader.variants import discover as discover_variants
     from grader.variants import grade_variant
 
@@ -59,7 +62,7 @@ def _variants(slugs: list[str], device: str, out: Path | None, as_json: bool) ->
     outcomes = []
     for v in corpus:
         console.info(f"variant {v.id} ({v.spec.kind}, expected to {v.spec.expect})")
-        o = grade_variant(v, out / v.slug / v.name, device=device, progress=console.info)
+        o = grade_variant(v, out / v.slug / v.name, device=device, progress=console.info, sandbox=sandbox)
         outcomes.append(o)
         if not as_json:
             console.variant_line(o)

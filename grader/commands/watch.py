@@ -20,7 +20,10 @@ from grader.commands._practice import workspace_option
 @click.option("--no-clear", is_flag=True, help="Do not clear the terminal before each grading.")
 @workspace_option
 @click.option("--json", "as_json", is_flag=True, help="Print each event as one JSON object per line on stdout.")
-def command(max_runs, repeats, device, no_clear, workspace, as_json):
+@click.option("--no-sandbox", "no_sandbox", is_flag=True,
+              help="Run the graded code without the bubblewrap sandbox (unisolated: only where the sandbox cannot run; "
+                   "result.json and every report say so).")
+def command(max_runs, repeats, device, no_clear, workspace, as_json, no_sandbox):
     """Grade this workspace on every save of its editable files, until Ctrl-C.
 
     Each grading runs in a child process; a save while one runs cancels it (its ranks are ended)
@@ -42,6 +45,6 @@ def command(max_runs, repeats, device, no_clear, workspace, as_json):
     clear = not no_clear and console.out.is_terminal
     emit = console.emit_json_line if as_json else (lambda ev: show.watch_event(ev, clear))
     with grading.sigterm_interrupts():  # SIGTERM stops watching as Ctrl-C does: the grading in flight is cancelled
-        watch.run(names, digest, lambda n: grading.spawn(ws, device=device, repeats=repeats),
+        watch.run(names, digest, lambda n: grading.spawn(ws, device=device, repeats=repeats, sandbox=not no_sandbox),
                   watch.file_changes(ws.root, names), emit, max_runs=max_runs,
                   last=(last["sha256"], last["view"]) if last and "sha256" in last and "view" in last else None)

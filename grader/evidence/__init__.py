@@ -13,6 +13,7 @@ from typing import Any
 
 from grader.evidence.store import StoreLog, read_store
 from harness import rundir, saves
+from harness.isolation import PROC_SAMPLES
 from harness.observe import RankObservation, observe_rank
 
 
@@ -29,6 +30,7 @@ class RunEvidence:
     ledgers: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     forged: int = 0
     _events: dict[int, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
+    _proc: dict[int, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
 
     @property
     def status(self) -> str:
@@ -41,6 +43,20 @@ class RunEvidence:
     @property
     def key(self) -> str:
         return self.run["key"]
+
+    @property
+    def sandboxed(self) -> bool:
+        """Whether the run's processes ran in the sandbox (harness.isolation): then memory, CPU time
+        and the parent's receive times are measured outside the candidate's reach."""
+        return bool((self.run.get("sandbox") or {}).get("isolated"))
+
+    def proc_samples(self, rank: int) -> list[dict[str, Any]]:
+        """The parent's signed outside samples of the rank (``proc.jsonl``: RSS, CPU time, threads,
+        processes every half second), every attempt; empty for an unsandboxed run."""
+        if rank not in self._proc:
+            path = rundir.rank_dir(self.run_dir, rank) / PROC_SAMPLES
+            self._proc[rank] = rundir.read_records(path, self.key).valid
+        return self._proc[rank]
 
     @cached_property
     def backend(self) -> str | None:
@@ -128,8 +144,21 @@ class RunEvidence:
         return f"the {self.role} run"
 
 
-def load_run(role: str, run_dir: Path) -> RunEvidence:
+class TamperedRun(EnvironmentFailure):
+    """A sealed run dir that is no longer as it was sealed: nothing in it may be judged."""
+
+
+def load_run(role: str, run_dir: Path, sealed: bool = False) -> RunEvidence:
+    """The run's evidence. ``sealed``: the run dir must be exactly as the grader sealed it
+    (``grader.sealing``), else ``TamperedRun``."""
     run_dir = Path(run_dir)
+    if sealed:
+        from grader import sealing
+
+        check = sealing.verify(run_dir)
+        if not check.ok:
+            raise TamperedRun(f"{role} run: {run_dir} changed after it was sealed ({check.message}); "
+                              "nothing in it is judged: grade the submission again")
     try:
         run = rundir.load_run(run_dir)
     except (FileNotFoundError, ValueError) as e:
@@ -157,6 +186,8 @@ def harness_failed(ev: RunEvidence) -> str | None:
     rendezvous or the interpreter broke), or the job was interrupted."""
     if ev.status == "interrupted":
         return f"{ev.describe()} was interrupted"
+    if ev.status == "limit":  # whenever it came, a cap the run went past is the run's own doing
+        return None
     if not ev.ranks or not any(o.attempts for o in ev.ranks.values()):
         tail = ""
         log = ev.run_dir / "launcher.log"

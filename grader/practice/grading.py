@@ -66,6 +66,8 @@ def view(res: Any, ws: Workspace, attempt: Attempt | None, hints_total: int) -> 
         "seconds": res.timings.get("total"),
         "hints": {"seen": ws.state.hints_seen, "total": hints_total},
         "passed_before": False,  # it had passed in an earlier attempt (set by `record`)
+        # None: sandboxed, as every grading is unless asked; else why the code ran unisolated
+        "unisolated": (None if res.isolation is None or res.isolation.sandboxed else res.isolation.reason),
     }
 
 
@@ -115,7 +117,7 @@ def sigterm_interrupts() -> Iterator[None]:
 
 
 def grade_workspace(ws: Workspace, *, repeats: int | None = None, device: str = "auto", out: Path | None = None,
-                    progress: Progress = lambda s: None) -> tuple[Any, dict[str, Any]]:
+                    progress: Progress = lambda s: None, sandbox: bool = True) -> tuple[Any, dict[str, Any]]:
     """Grade the workspace's editable files as the manifest asks and record the attempt."""
     from grader.grade import GradeOptions, grade
 
@@ -130,7 +132,7 @@ def grade_workspace(ws: Workspace, *, repeats: int | None = None, device: str = 
     try:
         with sigterm_interrupts():
             res = grade(ex, GradeOptions(kind="workspace", workspace=ws.root, out_dir=out_dir, repeats=repeats,
-                                         device=device), progress=progress)
+                                         device=device, sandbox=sandbox), progress=progress)
             shown = record(ws, res, len(ex.manifest.hints))
         finished = True
     finally:
@@ -177,14 +179,15 @@ class GradingProcess:
     itself creates, empty: a used folder is refused), removed once read."""
 
     def __init__(self, ws: Workspace, device: str = "auto", repeats: int | None = None,
-                 out: Path | None = None):
+                 out: Path | None = None, sandbox: bool = True):
         self.out = Path(out or new_out_dir(ws)).resolve()
         self.out.parent.mkdir(parents=True, exist_ok=True)
         self._stdout = self.out.with_name(f".{self.out.name}.stdout.json")
         self._stderr = self.out.with_name(f".{self.out.name}.stderr.log")
         self._offset = 0
         cmd = [sys.executable, "-m", "grader.cli", "grade", "--json", "--workspace", str(ws.root),
-               "--out", str(self.out), "--device", device, *(["--repeats", str(repeats)] if repeats else [])]
+               "--out", str(self.out), "--device", device, *(["--repeats", str(repeats)] if repeats else []),
+               *([] if sandbox else ["--no-sandbox"])]
         with open(self._stdout, "wb") as out_f, open(self._stderr, "wb") as err_f:
             self.proc = subprocess.Popen(cmd, stdout=out_f, stderr=err_f, stdin=subprocess.DEVNULL, cwd=ws.root)
         self._prune_root = grades_root(ws.root, ws.slug) if out is None else None
@@ -320,6 +323,6 @@ def _marked(out: Path, pid: int) -> list:
     return found
 
 
-def spawn(ws: Workspace, device: str = "auto", repeats: int | None = None) -> GradingProcess:
+def spawn(ws: Workspace, device: str = "auto", repeats: int | None = None, sandbox: bool = True) -> GradingProcess:
     """The grading `watch` starts on a save (tests replace this with a fake)."""
-    return GradingProcess(ws, device=device, repeats=repeats)
+    return GradingProcess(ws, device=device, repeats=repeats, sandbox=sandbox)

@@ -73,6 +73,19 @@ class ExerciseReport:
     def slug(self) -> str:
         return self.view.exercise.slug
 
+    @property
+    def latest_flags(self) -> list[dict[str, Any]]:
+        """What the latest attempt touched that a fix has no reason to (result.json ``flags``)."""
+        return list((self.latest_result or {}).get("flags") or [])
+
+    @property
+    def latest_isolation(self) -> str | None:
+        """One line when the latest attempt's code ran unisolated; None when sandboxed or not recorded."""
+        iso = (self.latest_result or {}).get("isolation")
+        if not iso or iso.get("kind") == "sandbox":
+            return None
+        return f"unisolated: {iso.get('reason') or 'no sandbox'}"
+
 
 @dataclass
 class QuizRow:

@@ -74,7 +74,7 @@ def begin(store: Store, marker: Marker) -> tuple[Any, Attempt]:
 
 
 def record_attempt(marker: Marker, *, repeats: int | None = None, device: str = "auto",
-                   out: Path | None = None, progress: Progress = lambda s: None) -> Any:
+                   out: Path | None = None, progress: Progress = lambda s: None, sandbox: bool = True) -> Any:
     """Grade the workspace of ``marker`` and record the attempt; returns what ``grade`` returns."""
     from grader.grade import GradeOptions, grade
 
@@ -84,7 +84,7 @@ def record_attempt(marker: Marker, *, repeats: int | None = None, device: str = 
         out_dir = (out or grades_dir(store, attempt.session_id, attempt.slug, attempt.n)).resolve()
         try:
             res = grade(ex, GradeOptions(kind="workspace", workspace=marker.dir, out_dir=out_dir,
-                                         repeats=repeats, device=device), progress=progress)
+                                         repeats=repeats, device=device, sandbox=sandbox), progress=progress)
         except BaseException as e:  # an expected error, Ctrl-C, a bug: the row says so, then it goes on up
             status = "interrupted" if isinstance(e, KeyboardInterrupt) else "error"
             store.finish_attempt(attempt.id, status, error=f"{type(e).__name__}: {e}"[:2000])

@@ -43,6 +43,16 @@ atexit.register(_swap)
 '''
 
 
+FORGE_OVER_CHANNEL = '''
+import time
+from harness import channel
+if channel.active():  # the in-process forging the sandbox leaves: records sent as the bootstrap sends them
+    _w = channel.RecordWriter("events.jsonl")
+    for s in range(500):
+        _w.write({"kind": "step", "attempt": 0, "step": 1000 + s, "t": time.time(), "dt": 0.001, "rss_mb": 100.0})
+'''
+
+
 def submission(tmp_path: Path, script: str, extra: dict[str, str] | None = None) -> Path:
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -52,8 +62,8 @@ def submission(tmp_path: Path, script: str, extra: dict[str, str] | None = None)
     return ws
 
 
-def graded(tmp_path, ws):
-    return grade(EX, GradeOptions(kind="workspace", workspace=ws, out_dir=tmp_path / "out"))
+def graded(tmp_path, ws, sandbox: bool = True):
+    return grade(EX, GradeOptions(kind="workspace", workspace=ws, out_dir=tmp_path / "out", sandbox=sandbox))
 
 
 def verdicts(res):
@@ -61,12 +71,16 @@ def verdicts(res):
 
 
 CASES = {
-    # name: (script, extra files, checks that must fail)
+    # name: (script, extra files, checks that must fail); graded in the sandbox unless UNSANDBOXED
+    # names it (what the run dir's signatures stop where there is no sandbox to stop it first)
     "prints PASSED and forges records over the broken script":
         (BROKEN.replace("def main() -> None:", FORGE + "\n\ndef main() -> None:"), None,
          ["memory_flat", "workload_intact"]),
     "forges records on top of a correct fix":
         (FIXED.replace("def main() -> None:", FORGE + "\n\ndef main() -> None:"), None, ["workload_intact"]),
+    "forges step records over the channel to hide the leak":
+        (BROKEN.replace("def main() -> None:", FORGE_OVER_CHANNEL + "\n\ndef main() -> None:"), None,
+         ["memory_flat", "workload_intact"]),
     "fewer steps": (FIXED.replace("EPOCHS = 3", "EPOCHS = 2"), None, ["workload_intact"]),
     "smaller dataset": (FIXED.replace("DATASET_SIZE = 4096", "DATASET_SIZE = 2048"), None, ["workload_intact"]),
     "smaller global batch": (FIXED.replace("GLOBAL_BATCH = 64", "GLOBAL_BATCH = 32"), None, ["workload_intact"]),
@@ -85,19 +99,34 @@ CASES = {
 }
 
 
+UNSANDBOXED = {"prints PASSED and forges records over the broken script", "forges records on top of a correct fix",
+               "overwrites the harness's final parameters at exit"}
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_gaming_does_not_pass(tmp_path, case):
     script, extra, must_fail = CASES[case]
-    res = graded(tmp_path, submission(tmp_path, script, extra))
+    res = graded(tmp_path, submission(tmp_path, script, extra), sandbox=case not in UNSANDBOXED)
     assert not res.passed and res.score == 0 and not res.environment_failure
+    assert res.isolation.kind == ("none" if case in UNSANDBOXED else "sandbox")
     v = verdicts(res)
     for name in must_fail:
         assert v[name] is False, (case, name, [c.message for c in res.checks])
 
 
+def test_in_the_sandbox_the_run_dir_is_out_of_reach_and_the_attempt_is_flagged(tmp_path):
+    """The final parameters the grader judges are the ones the parent received over the channel:
+    a script that overwrites the run dir's copy at exit finds no run dir, and its fix is judged as
+    the fix it is. What it tried is flagged for the interviewer."""
+    res = graded(tmp_path, submission(tmp_path, FIXED.replace("def main() -> None:", OVERWRITE_PARAMS +
+                                                              "\n\ndef main() -> None:")))
+    assert verdicts(res)["matches_reference"] is True
+    assert any(f.kind == "source" and "TRAINWRECK_RUN_DIR" in f.what for f in res.flags), res.flags
+
+
 def test_honest_fix_passes_and_regrading_agrees(tmp_path):
     res = graded(tmp_path, submission(tmp_path, FIXED))
-    assert res.passed and res.score == 1.0
+    assert res.passed and res.score == 1.0 and res.flags == [] and res.isolation.kind == "sandbox"
     again = regrade(GradeResult.read(res.result_path), EX)
     assert verdicts(again) == verdicts(res) and again.score == res.score
 

@@ -12,3 +12,19 @@ from tests.grader.fakes import ctx_for, spec
 def test_completes(tmp_path, status, says):
     c = run_check(spec("completes"), ctx_for(tmp_path, main={"status": status}))
     assert c.passed is (status == "ok") and says in c.message
+
+
+def test_a_run_ended_at_a_limit_says_which(tmp_path):
+    from grader.checks import Context
+    from grader.evidence import load_run
+    from tests.grader.fakes import FakeManifest
+    from tests.grader.rundirs import RunDirBuilder
+
+    limit = {"what": "memory", "value": 913.0, "cap": 800.0, "rank": 1, "pid": 42,
+             "message": "rank 1 used 913 MiB, over the memory limit of 800 MiB"}
+    b = RunDirBuilder(tmp_path / "main", status="limit", limit=limit, sandbox={"isolated": True})
+    for r in range(2):  # the ranks' boot records only: the cap was hit early
+        b.event(r, kind="boot", attempt=0, t=1.0, pid=100 + r, rank=r)
+    c = run_check(spec("completes"), Context(FakeManifest(), {"main": load_run("main", b.build())}))
+    assert not c.passed and not c.environment
+    assert c.message == "the run was ended at a limit: rank 1 used 913 MiB, over the memory limit of 800 MiB"

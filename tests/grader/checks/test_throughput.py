@@ -130,7 +130,7 @@ def test_a_throughput_grading_carries_the_fractions(tmp_path, monkeypatch):
         make_run(Path(run_dir), steps=32, step_dt=step_dt[role])
         return load_run(role, Path(run_dir))
 
-    def fake_reference(ex_, device, nproc, progress):
+    def fake_reference(ex_, device, nproc, progress, *args, **kw):
         return load_run("reference", make_run(tmp_path / "ref", steps=32, step_dt=0.04))
 
     monkeypatch.setattr("grader.grade.run_role", fake_run_role)

@@ -106,3 +106,22 @@ def test_report_and_compare_commands(session, tmp_path):
     assert "| Ada" in r.output and "| Bo" in r.output and "| check: sample_partition | pass | pass |" in r.output
     r = runner.invoke(report_cmd, [sid, sid2, "--db", db])  # main() prints it as one line, exit 2
     assert isinstance(r.exception, SessionError) and "add --compare" in str(r.exception)
+
+
+def test_flags_and_an_unisolated_grading_are_shown_where_the_checks_are(tmp_path):
+    from tests.grader.sessions.fakes import FIXED, HOSTILE, add_attempt, result
+    from tests.grader.sessions.fakes import series as fake_series
+
+    store, sid = scored_session(tmp_path / "s.db", tmp_path / "ws")
+    res = result("sampler-replay", {"completes": True, "sample_partition": True})
+    res["isolation"] = {"kind": "none", "reason": "graded with --no-sandbox"}
+    res["flags"] = [{"kind": "source", "what": "imports harness.instrument " + HOSTILE, "where": "train.py:3"},
+                    {"kind": "stray", "what": "1 process(es) left the launcher's tree", "run": "main"}]
+    add_attempt(store, sid, "sampler-replay", FIXED + "# three\n", res, fake_series())
+    html = render.render(data.gather(store, sid), "html")
+    assert "Flags for a human" in html and "imports harness.instrument" in html and "train.py:3" in html
+    assert "Isolation: NONE" in html and "graded with --no-sandbox" in html
+    assert "<script>" not in html and "\x1b" not in html
+    md = render.render(data.gather(store, sid, with_pixels=False), "md")
+    assert "### Flags for a human" in md and "**stray**" in md and "(in the main run)" in md
+    assert "**Isolation: NONE.**" in md

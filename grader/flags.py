@@ -1,0 +1,93 @@
+"""Flags for a human: what a submission touched that a fix has no reason to, gathered for the
+interviewer to read (as KernelBench and METR review suspicious scores). A flag never changes a
+verdict by itself; the checks and the sandbox stand on their own.
+
+Sources, each a ``Flag.kind``:
+
+- ``source``: the static scan of the submission's editable files (``grader.scan``);
+- ``tampering``: what the parent's channel and the sampler saw in a sandboxed run of the candidate's
+  code (``sandbox.json`` ``tampering``: connections from processes that are no rank, lines that are
+  no record, records for another attempt, floods past a cap, truncated logs, refused files, two
+  processes claiming one rank);
+- ``stray``: processes that left the launcher's tree (a double-forked daemon) and were ended;
+- ``trap``: FIFOs, sockets, devices and symlinks out of the work dir, removed before anything read it;
+- ``limit``: a limit the run went past (memory, processes, disk, files);
+- ``sealed``: a run dir or cached reference that changed after it was sealed.
+
+Only runs of the candidate's code are read (the main run, the other world sizes, the resumed runs,
+the candidate's throughput rounds): the reference, the broken baseline and the compute bound are
+the kit's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+from grader.result import Flag
+from grader.scan import scan_files
+from grader.text import printable
+from harness.isolation import SANDBOX_FILE
+
+MAX_PER_RUN = 20  # lines of one kind from one run; the rest are counted
+SANDBOX_JSON_CAP = 4 * 2**20
+
+
+def source_flags(root: Path, editable: list[str]) -> list[Flag]:
+    return [Flag(kind="source", what=f.what, where=f.where) for f in scan_files(root, editable)]
+
+
+def _read_summary(run_dir: Path) -> dict | None:
+    path = Path(run_dir) / SANDBOX_FILE
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > SANDBOX_JSON_CAP:
+            return None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def run_flags(run: str, run_dir: Path) -> list[Flag]:
+    """The flags one sandboxed run of the candidate's code left in its ``sandbox.json``."""
+    box = _read_summary(run_dir)
+    if not box or not box.get("isolated"):
+        return []
+    out: list[Flag] = []
+    for line in box.get("tampering") or []:
+        out.append(Flag(kind="tampering", run=run, what=printable(str(line))[:300]))
+    strays = box.get("strays") or []
+    if strays:
+        shown = "; ".join(repr(printable(str(s.get("cmdline", "")))[:80]) for s in strays[:3])
+        out.append(Flag(kind="stray", run=run, what=f"{len(strays)} process(es) left the launcher's tree (a "
+                        f"daemon?) and were ended: {shown}" + (" ..." if len(strays) > 3 else "")))
+    removed = box.get("removed") or []
+    if removed:
+        shown = ", ".join(f"{printable(str(r.get('path')))[:80]} ({r.get('kind')})" for r in removed[:5])
+        out.append(Flag(kind="trap", run=run, what=f"{len(removed)} thing(s) a reader could trip on were removed "
+                        f"from the work dir: {shown}" + (" ..." if len(removed) > 5 else "")))
+    for v in box.get("violations") or []:
+        out.append(Flag(kind="limit", run=run, what=printable(str(v.get("message", v)))[:300]))
+    return out[: MAX_PER_RUN * 4]
+
+
+def candidate_run_dirs(run_dirs: dict[str, str], out_dir: Path) -> dict[str, Path]:
+    """The runs of the candidate's code: every run of the plan but the reference, and the
+    candidate's throughput rounds (``runs/tp-<round>-candidate``)."""
+    found = {name: Path(d) for name, d in run_dirs.items() if name != "reference"}
+    runs = Path(out_dir) / "runs"
+    if runs.is_dir():
+        for d in sorted(runs.glob("tp-*-candidate")):
+            found.setdefault(d.name, d)
+    return found
+
+
+def gather(root: Path, editable: list[str], runs: dict[str, Path], notes: list[str] | None = None) -> list[Flag]:
+    flags = source_flags(root, editable)
+    for name, d in runs.items():
+        flags += run_flags(name, d)
+    flags += [Flag(kind="sealed", what=n) for n in notes or []]
+    return flags
