@@ -55,9 +55,11 @@ def _regrade(result_json: str) -> dict:
 def main(argv: list[str]) -> int:
     from harness.errors import TrainwreckError
 
+    flags = {a for a in argv if a.startswith("--")}
+    argv = [a for a in argv if not a.startswith("--")]
     if argv[0] == "grade":
         slug, ws, out, summary = argv[1:5]
-        work = lambda: _grade(slug, ws, out, "--sandbox" in argv, "--no-throughput" not in argv)  # noqa: E731
+        work = lambda: _grade(slug, ws, out, "--sandbox" in flags, "--no-throughput" not in flags)  # noqa: E731
     else:
         result_json, summary = argv[1:3]
         work = lambda: _regrade(result_json)  # noqa: E731

@@ -51,3 +51,13 @@ def test_readme_table_lists_every_case():
     readme = (Path(__file__).parent / "README.md").read_text()
     missing = [c.id for c in CASES if f"`{c.id}`" not in readme]
     assert not missing, f"README.md's table lacks {missing}"
+
+
+def test_grade_one_writes_its_summary_where_told_whatever_the_flags(tmp_path):
+    from tests.adversarial import grade_one
+
+    summary = tmp_path / "summary.json"
+    grade_one.main(["grade", "no-such-exercise", str(tmp_path), str(tmp_path / "out"), "--no-throughput",
+                    str(summary), "--sandbox"])
+    data = __import__("json").loads(summary.read_text())
+    assert data["outcome"] == "refused" and "no-such-exercise" in data["error"]
