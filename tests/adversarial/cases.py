@@ -1,0 +1,322 @@
+"""The hostile submissions: what each tries, what must stop it, and the verdict it must get.
+
+A case is an exercise's broken script or its reference fix with an attack spliced in
+(``attacks/<name>.py``, after the shared ``attacks/_prelude.py``: the attack's code goes before
+``def main()``, and ``main()`` at the bottom becomes ``_attack_run(main)``), or a workspace made
+hostile by hand (``prepare``: files the grader reads before anything runs). Attacks that start
+from the broken script must still fail for the bug; attacks that start from the reference fix
+must fail for what they did, since nothing else is wrong with them.
+
+``needs_sandbox``: what stops the attack is the sandbox and the parent-owned record channel of
+issue 11, not yet wired into grading; the case is skipped (with the reason) until it is.
+``unisolated_safe``: the attack can be run without the sandbox here, contained by the suite
+(its own HOME, the kit restored afterwards), to measure what the grader of today lets through
+(``TRAINWRECK_ADVERSARIAL_UNISOLATED=1``). The destructive ones (memory, processes, disk) are
+not, and their attacks stand down by themselves outside a sandbox (``_contained()``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ATTACKS = Path(__file__).parent / "attacks"
+PRELUDE = ("_prelude",)
+
+# the classes of issue 11, and those found reading the code (README's table groups by them)
+LATER = "changing later gradings"
+AFTER = "forging the verdict after the fact"
+INSIDE = "forging from inside the run"
+REFERENCE = "reading and running the reference solution"
+INJECT = "injecting code into the same grading's later runs"
+HANG = "hanging the grader"
+KILL = "killing the grader"
+MEMORY = "memory blow-ups and limits"
+FOUND = "found reading the code"
+
+# one word per class, a pytest keyword: `-k hang` runs that class
+SLUGS = {LATER: "later_gradings", AFTER: "after_the_fact", INSIDE: "inside_the_run", REFERENCE: "reference",
+         INJECT: "injection", HANG: "hang", KILL: "kill_grader", MEMORY: "blowup", FOUND: "found"}
+
+# what each exercise's broken script fails for, when the attack leaves the bug in place
+LEAK = ("memory_flat", ("MB per step",))
+REPLAY = ("sample_partition", ("consumed", "epoch", "resume", "restart"))
+DEADLOCK = ("completes", ("no rank made progress", "failed", "timed out", "timeout", "blocked"))
+
+
+@dataclass(frozen=True)
+class Expect:
+    """The verdict a case must get: not passed, score 0, and ``check`` failed with a message
+    holding at least one of ``words`` (case-insensitive); or, where ``refused`` is given, the
+    grading refused in one line holding one of those words. ``environment_ok``: an environment
+    failure (the harness at fault) is right too. ``not_passing``: checks the attack aims to fool,
+    which must not pass even where another check fails the submission."""
+
+    check: str | None
+    words: tuple[str, ...] = ()
+    refused: tuple[str, ...] = ()
+    environment_ok: bool = False
+    not_passing: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    exercise: str
+    klass: str
+    tries: str
+    stops: str
+    base: str  # "broken" | "solution": the script the attack is spliced into
+    attack: tuple[str, ...]  # attacks/<name>.py, in order, after the prelude
+    expect: Expect
+    limit_s: float  # the hostile grading must be over (result written) within this
+    needs_sandbox: bool
+    unisolated_safe: bool = True
+    prepare: Callable[[Path, Path], None] | None = None  # (workspace, kit) -> None
+    victim: bool = False  # an earlier grading lies beside this one for the attack to find
+    settle_s: float = 3.0  # after the grading returns: time for a surviving daemon to act
+    same_out_refused: bool = False  # grading again into the same --out must be refused
+    grader_rss_mb: float = 1024.0  # the grader process's own peak RSS must stay under this
+    notes: str = ""
+    marks: tuple[str, ...] = field(default_factory=tuple)
+
+    def script(self, kit: Path) -> str:
+        root = kit / ("exercises" if self.base == "broken" else "solutions") / self.exercise
+        return compose((root / "train.py").read_text(), self.attack)
+
+
+def compose(base: str, attack: tuple[str, ...]) -> str:
+    """The base script with the attack spliced in before ``def main()``, and the script's own
+    ``main()`` call handed to the attack's ``_attack_run``."""
+    head, sep, rest = base.partition("\ndef main() -> None:")
+    tail = 'if __name__ == "__main__":\n    main()'
+    if not sep or tail not in rest:
+        raise ValueError("the base script has no `def main() -> None:` or no `main()` call at the bottom")
+    code = "\n\n".join((ATTACKS / f"{name}.py").read_text() for name in (*PRELUDE, *attack))
+    return (head + "\n\n" + code + "\n\n" + sep + rest.replace(tail, 'if __name__ == "__main__":\n    _attack_run(main)'))
+
+
+# -- workspaces made hostile by hand (the grader reads them before anything runs) -----------------
+
+def symlink_to_solution(ws: Path, kit: Path) -> None:
+    """train.py is a symlink to the reference solution."""
+    (ws / "train.py").unlink()
+    (ws / "train.py").symlink_to(kit / "solutions" / "sampler-replay" / "train.py")
+
+
+def sparse_protected_file(ws: Path, kit: Path) -> None:
+    """BRIEF.md (a protected file, compared with the kit's copy) is a 2 GiB sparse file."""
+    with open(ws / "BRIEF.md", "wb") as f:
+        f.truncate(2 << 30)
+
+
+SANDBOX_STOPS = "the sandbox (wiring pending)"
+
+CASES: list[Case] = [
+    # -- changing later gradings --------------------------------------------------------------------
+    Case("cache-poison", "memory-leak", LATER,
+         "nudges the cached reference run's final parameters and re-signs them with the key stored beside them",
+         "the reference cache is not in the sandbox; (to do: a sealed cache whose tampering is detected)",
+         "broken", ("cache_poison",), Expect(*LEAK), 240, needs_sandbox=True),
+    Case("usercustomize", "memory-leak", LATER,
+         "plants usercustomize.py in the user site-packages, ending every later candidate rank",
+         "home is a private tmpfs in the sandbox, PYTHONNOUSERSITE=1",
+         "broken", ("usercustomize",), Expect(*LEAK), 240, needs_sandbox=True),
+    Case("venv-pth", "sampler-replay", LATER,
+         "plants a .pth file in the virtualenv's site-packages (runs at every later Python start)",
+         "the virtualenv is read-only in the sandbox",
+         "broken", ("venv_pth",), Expect(*REPLAY), 300, needs_sandbox=True),
+    Case("kit-manifest", "collective-deadlock", LATER,
+         "edits the kit's manifest of the exercise (one step fewer: every honest fix then fails)",
+         "exercises/ is not in the sandbox",
+         "broken", ("kit_manifest",), Expect(*DEADLOCK), 300, needs_sandbox=True),
+    Case("kit-harness", "memory-leak", LATER,
+         "appends code to the kit's harness/workloads.py that nudges later candidates' initial weights",
+         "harness/ is read-only in the sandbox",
+         "broken", ("kit_harness",), Expect(*LEAK), 240, needs_sandbox=True),
+    Case("other-gradings", "memory-leak", LATER,
+         "rewrites an earlier grading beside its own (result.json a pass, records re-signed with the key in its "
+         "run.json) and defaces files in the user's trainwreck home",
+         "other gradings and the home are not in the sandbox",
+         "broken", ("other_gradings",), Expect(*LEAK), 240, needs_sandbox=True, victim=True),
+    # -- forging the verdict after the fact ---------------------------------------------------------------------
+    Case("daemon-rewrites-result", "memory-leak", AFTER,
+         "a double-forked daemon with an empty environment waits for result.json, re-signs the records with the "
+         "key from run.json and rewrites result.json as a pass",
+         "PID namespace: strays ended on sight, all ended with the run; run dir not in the sandbox; no key",
+         "broken", ("_daemon", "daemon_rewrites_result"), Expect(*LEAK), 240, needs_sandbox=True, settle_s=10),
+    Case("daemon-sabotages-next", "collective-deadlock", AFTER,
+         "a daemon outlives its grading and appends junk to the records of the next grading beside it",
+         "PID namespace: the daemon dies with the run; other gradings not in the sandbox",
+         "broken", ("_daemon", "daemon_sabotages_next"), Expect(*DEADLOCK), 300, needs_sandbox=True),
+    Case("regrade-points-at-reference", "memory-leak", AFTER,
+         "a daemon points result.json's run dirs at the cached reference run: `regrade` judges the reference's run",
+         "the daemon dies with the run; (to do: regrade should refuse run dirs outside the grading's folder)",
+         "broken", ("_daemon", "regrade_points_at_reference"), Expect(*LEAK), 240, needs_sandbox=True, settle_s=10),
+    Case("key-from-environ", "memory-leak", AFTER,
+         "reads the run key from /proc/self/environ and re-signs its own step records with flat memory",
+         "no key in the sandbox: the parent signs what arrives over the channel",
+         "broken", ("key_from_environ",), Expect(*LEAK), 240, needs_sandbox=True),
+    # -- forging from inside the run ----------------------------------------------------------------------------
+    Case("patch-psutil", "memory-leak", INSIDE,
+         "patches psutil in its own process so every step record shows flat memory",
+         "memory measured from outside (proc.jsonl) once memory_flat reads it",
+         "broken", ("patch_psutil",), Expect(*LEAK), 240, needs_sandbox=True),
+    Case("balloon", "memory-leak", INSIDE,
+         "keeps RSS flat by letting out a 480 MiB balloon as fast as the leak grows",
+         "memory_flat's level against the reference run's",
+         "broken", ("balloon",), Expect("memory_flat", ("reference run's level", "MB per step")), 240,
+         needs_sandbox=False),
+    Case("swap-final-params", "sampler-replay", INSIDE,
+         "after the bootstrap's save, swaps in the reference's final parameters and re-signs the exit record",
+         "final parameters go to the parent over the channel; no key; the reference cache is not in the sandbox",
+         "broken", ("swap_final_params",), Expect(*REPLAY, not_passing=("matches_reference",)), 300,
+         needs_sandbox=True),
+    Case("write-records", "memory-leak", INSIDE,
+         "appends a flat-memory step series to its events.jsonl, and writes the same into the channel's socket",
+         "unsigned lines are counted as forged; over the channel the parent accepts them as the rank's, but memory "
+         "is measured from outside",
+         "broken", ("write_records",), Expect(*LEAK, not_passing=("memory_flat",)), 240, needs_sandbox=False),
+    Case("slow-clock", "slow-input-pipeline", INSIDE,
+         "keeps the slow pipeline and slows the harness's clock in its own process: every step record claims 2.5x the "
+         "speed",
+         "steps/s from the parent's clock (the channel's receive times), not from the rank's (not yet: a grader change)",
+         "broken", ("slow_clock",), Expect("throughput", ("the broken baseline's steps/s",), not_passing=("throughput",)), 900,
+         needs_sandbox=False, notes="in-process forging survives the sandbox: only the parent's clock stops it"),
+    Case("forge-ledger", "sampler-replay", INSIDE,
+         "writes a perfect sample ledger through the harness's own recorder (signed), training left broken",
+         "the trajectory decides: the parameters still leave the reference run's path",
+         "broken", ("forge_ledger",),
+         Expect("trajectory", ("left the reference run's path",), not_passing=("trajectory", "matches_reference")),
+         300, needs_sandbox=False),
+    # -- reading and running the reference solution ---------------------------------------------------------------------
+    Case("run-reference-by-path", "memory-leak", REFERENCE,
+         "runs solutions/memory-leak/train.py, found beside the harness package",
+         "solutions/ is not in the sandbox",
+         "broken", ("run_reference_by_path",), Expect("completes", ("No such file", "FileNotFoundError")), 240,
+         needs_sandbox=True),
+    Case("run-reference-via-grader", "collective-deadlock", REFERENCE,
+         "imports the kit's grader to find the reference solution, and runs it",
+         "grader/ is not in the sandbox",
+         "broken", ("run_reference_via_grader",), Expect("completes", ("grader", "No module", "No such file")), 240,
+         needs_sandbox=True),
+    Case("copy-reference-run", "collective-deadlock", REFERENCE,
+         "trains nothing: copies the cached reference run's records (re-signed with the key from "
+         "/proc/self/environ), parameters, checkpoint and metrics, then exits 0",
+         "no key and no reference cache in the sandbox",
+         "broken", ("copy_reference_run",), Expect(*DEADLOCK), 300, needs_sandbox=True),
+    Case("workspace-symlink", "sampler-replay", REFERENCE,
+         "hands in a workspace whose train.py is a symlink to the reference solution",
+         "the grader reading the workspace (before any sandbox): a symlink out of the workspace is refused",
+         "broken", (), Expect(None, refused=("symlink", "outside", "regular file")), 240,
+         needs_sandbox=False, prepare=symlink_to_solution,
+         notes="host side: the sandbox cannot help, the workspace is read by the grader"),
+    # -- injecting code into the same grading's later runs ----------------------------------------------------
+    Case("plant-harness-next-run", "sampler-replay", INJECT,
+         "plants a harness/ package in the next run's working folder; it runs first there, with the key",
+         "PYTHONSAFEPATH=1; the next run's folder is not in the sandbox",
+         "broken", ("plant_harness_next_run",), Expect(*REPLAY), 300, needs_sandbox=True),
+    Case("rewrite-submission", "sampler-replay", INJECT,
+         "rewrites the assembled submission's train.py, which the grading's later runs start",
+         "the submission is read-only in the sandbox",
+         "broken", ("rewrite_submission",), Expect(*REPLAY), 300, needs_sandbox=True),
+    Case("pre-create-next-run", "sampler-replay", INJECT,
+         "writes a run.json into the next run's folder, so the harness refuses to launch it",
+         "the next run's folder is not in the sandbox",
+         "broken", ("pre_create_next_run",), Expect(*REPLAY, environment_ok=True), 300, needs_sandbox=True),
+    # -- hanging the grader ---------------------------------------------------------------------------------------
+    Case("fifo-checkpoint", "collective-deadlock", HANG,
+         "trains correctly, then leaves FIFOs named like the checkpoint and the metrics log",
+         "the grader reads only regular files (and the sandbox's seal removes special files)",
+         "solution", ("fifo_checkpoint",), Expect("checkpoint_valid", ("regular file", "no checkpoint")), 240,
+         needs_sandbox=False),
+    Case("sparse-checkpoint", "collective-deadlock", HANG,
+         "trains correctly, then makes its checkpoint a 64 GiB sparse file",
+         "a size cap before loading (and RLIMIT_FSIZE in the sandbox)",
+         "solution", ("sparse_checkpoint",), Expect("checkpoint_valid", ("more than such a file can be",)), 240,
+         needs_sandbox=False),
+    Case("symlink-dev-zero", "collective-deadlock", HANG,
+         "trains correctly, then points the checkpoint and the metrics log at /dev/zero",
+         "the grader reads only regular files inside the work dir (and the seal removes such links)",
+         "solution", ("symlink_dev_zero",), Expect("checkpoint_valid", ("regular file", "no checkpoint")), 240,
+         needs_sandbox=False),
+    Case("symlink-reference-outputs", "collective-deadlock", HANG,
+         "trains correctly, then swaps its checkpoint and metrics log for symlinks to the reference run's",
+         "the grader does not follow links out of the work dir (and the cache is not in the sandbox)",
+         "solution", ("symlink_reference",),
+         Expect("checkpoint_valid", ("leads outside", "no checkpoint", "regular file")), 240, needs_sandbox=False),
+    Case("fifo-records", "memory-leak", HANG,
+         "after its last record, replaces its own events.jsonl and samples.jsonl with FIFOs",
+         "records are written by the parent, out of the rank's reach",
+         "broken", ("fifo_records",), Expect(*LEAK), 240, needs_sandbox=True),
+    Case("sigstop-grader", "sampler-replay", HANG,
+         "freezes the grader with SIGSTOP",
+         "PID namespace: the grader is not visible in the sandbox, and the run's uid cannot signal it",
+         "broken", ("_signal_grader", "sigstop_grader"), Expect(*REPLAY), 300, needs_sandbox=True),
+    # -- killing the grader ---------------------------------------------------------------------------------------
+    Case("kill-grader", "memory-leak", KILL,
+         "SIGKILLs the grader half-way through the run; grading again into the same folder must be refused",
+         "PID namespace and another uid; --die-with-parent ends the sandbox with the grader",
+         "broken", ("_signal_grader", "kill_grader"), Expect(*LEAK), 240, needs_sandbox=True,
+         same_out_refused=True),
+    # -- memory blow-ups and limits -------------------------------------------------------------------------------
+    Case("log-1gb", "collective-deadlock", MEMORY,
+         "writes 1 GiB to stderr without a newline, then dies without a traceback",
+         "logs travel over the channel, kept up to 16 MiB with a marker",
+         "broken", ("log_1gb",), Expect("completes", ("failed", "exit", "code 3")), 300, needs_sandbox=True),
+    Case("records-flood", "sampler-replay", MEMORY,
+         "floods its record stream with about 200 MB of records (300 MB over the channel where there is one)",
+         "the grader's memory must not grow with the records' size (today: read whole)",
+         "broken", ("records_flood",), Expect(*REPLAY), 420, needs_sandbox=False),
+    Case("alloc-past-cap", "collective-deadlock", MEMORY,
+         "allocates 64 MiB every 50 ms up to 6 GiB on rank 0, before training",
+         "the parent's sampler ends a rank over its memory cap (4 GiB); the status says limit",
+         "solution", ("alloc_past_cap",), Expect("completes", ("memory", "limit")), 240,
+         needs_sandbox=True, unisolated_safe=False),
+    Case("fork-bomb", "collective-deadlock", MEMORY,
+         "forks 156 processes before training",
+         "the parent's sampler (64 processes) and RLIMIT_NPROC; the status says limit",
+         "solution", ("fork_bomb",), Expect("completes", ("process", "limit")), 240,
+         needs_sandbox=True, unisolated_safe=False),
+    Case("fill-disk", "collective-deadlock", MEMORY,
+         "allocates 3 GiB in its working folder and fills /tmp",
+         "the parent's disk walk (2 GiB), RLIMIT_FSIZE, a size-limited /tmp; the status says limit",
+         "solution", ("fill_disk",), Expect("completes", ("disk", "limit")), 240,
+         needs_sandbox=True, unisolated_safe=False),
+    # -- found reading the code ---------------------------------------------------------------------------------
+    Case("ansi-escape", "sampler-replay", FOUND,
+         "fails with an exception made of terminal escapes that print ALL CHECKS PASSED",
+         "control characters stripped from every message (grader.text.printable)",
+         "broken", ("ansi_escape",), Expect("completes", ("RuntimeError",)), 240, needs_sandbox=False),
+    Case("workspace-sparse-file", "memory-leak", FOUND,
+         "hands in a workspace whose BRIEF.md (protected, compared with the kit's) is a 2 GiB sparse file",
+         "the grader reading the workspace: a size cap on what it reads (today: read whole)",
+         "broken", (), Expect("workload_intact", ("protected files differ", "BRIEF.md"),
+                              refused=("BRIEF.md", "MiB", "too large")),
+         240, needs_sandbox=False, prepare=sparse_protected_file,
+         notes="host side: the sandbox cannot help, the workspace is read by the grader"),
+]
+
+BY_ID = {c.id: c for c in CASES}
+assert len(BY_ID) == len(CASES), "case ids must be unique"
+
+
+def workspace(case: Case, kit: Path, ws: Path) -> Path:
+    """The candidate's folder for a case: the hostile train.py (or the base as shipped, for cases
+    made by ``prepare``), then whatever ``prepare`` does."""
+    ws.mkdir(parents=True, exist_ok=True)
+    (ws / "train.py").write_text(case.script(kit) if case.attack else
+                                 (kit / ("exercises" if case.base == "broken" else "solutions") / case.exercise /
+                                  "train.py").read_text())
+    if case.prepare is not None:
+        case.prepare(ws, kit)
+    return ws
+
+
+def honest_workspace(exercise: str, kit: Path, ws: Path, editable: list[str]) -> Path:
+    """An honest candidate's folder: the reference fix's editable files."""
+    for name in editable:
+        (ws / name).parent.mkdir(parents=True, exist_ok=True)
+        (ws / name).write_bytes((kit / "solutions" / exercise / name).read_bytes())
+    return ws
