@@ -95,3 +95,23 @@ def test_a_patch_variant_is_the_broken_files_with_the_patch_applied(tmp_path):
     (d / PATCH).write_text("--- a/train.py\n+++ b/train.py\n@@ -1 +1 @@\n-no such line\n+x\n")
     with pytest.raises(ManifestError, match="fix.patch: does not apply"):
         workspace(load_variant(d, "memory-leak"), ex, tmp_path / "ws2")
+
+
+def _corpus():
+    return discover()
+
+
+@pytest.mark.parametrize("v", _corpus(), ids=lambda v: v.id)
+def test_every_corpus_variant_loads_and_its_patch_applies_to_todays_script(v, tmp_path):
+    """A script edited since a variant was written must not turn it into a grading error: the corpus
+    is regenerated with the script."""
+    from grader.checks import CHECK_NAMES
+    from grader.exercises import find
+    from grader.variants import workspace
+
+    ex = find(v.slug)
+    assert set(v.spec.must_fail) <= set(CHECK_NAMES), f"{v.id}: must_fail names no check"
+    ws = workspace(v, ex, tmp_path / "ws")
+    for f in ex.manifest.editable:
+        if (ws / f).exists() and f.endswith(".py"):
+            compile((ws / f).read_text(), str(ws / f), "exec")
