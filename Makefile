@@ -12,7 +12,7 @@ TORCH_PIP_ARGS ?=
 PY          := $(VENV)/bin/python
 TW          := $(VENV)/bin/trainwreck
 
-.PHONY: setup bubblewrap browser demo test test-fast lint docs docs-check verify ci bench clean adversarial
+.PHONY: setup bubblewrap browser demo test test-fast lint docs docs-check verify variants variants-ci ci bench clean adversarial
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv --system-site-packages $(VENV)
@@ -62,7 +62,15 @@ docs-check: setup
 verify: setup
 	$(TW) verify
 
-ci: lint docs-check test verify
+# The variant corpus (tests/variants/README.md): fixes in other styles, symptom patches and cheats, each
+# graded and compared with its expected verdict. variants-ci is CI's tier (ci = true in variant.toml).
+variants: setup
+	$(TW) verify --variants
+
+variants-ci: setup
+	$(TW) verify --variants --ci
+
+ci: lint docs-check test verify variants-ci
 
 bench: setup
 	$(PY) benchmarks/harness_overhead.py

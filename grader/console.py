@@ -217,7 +217,8 @@ def variant_line(o) -> None:
     j = o.to_json()
     colour = "green" if o.agrees else "red"
     out.print(f"[bold {colour}]{'agree' if o.agrees else 'DISAGREE'}[/] {j['variant']} ({j['class']}): expected "
-              f"{j['expect']}, got {j['got']}" + (f"; failed {', '.join(j['failed'])}" if j["failed"] else ""),
+              f"{j['expect']}, got {j['got']}" + (f"; failed {', '.join(j['failed'])}" if j["failed"] else "")
+              + (f" ({o.wall_s:.0f} s)" if o.wall_s is not None else ""),
               markup=True)
     if o.problem:
         text(f"    - {o.problem}")

@@ -16,6 +16,8 @@ the broken script. And ``variant.toml``::
     says = "MB per step"          # optional: text one failing check's message must hold
     throughput = "quick"          # quick (one side-by-side round) | full (the manifest's rounds) |
                                   # skip (no rounds: for a variant that fails on correctness)
+    ci = true                     # in CI's tier (`verify --variants --ci`): the corpus graded in full
+                                  # takes hours on 2 cores, CI grades a few of each class per exercise
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class VariantSpec(BaseModel):
     must_fail: list[str] = []
     says: str | None = None
     throughput: Literal["quick", "full", "skip"] = "quick"
+    ci: bool = False
 
     @model_validator(mode="after")
     def _consistent(self) -> VariantSpec:
@@ -82,6 +85,7 @@ class Outcome:
     agrees: bool
     problem: str = ""  # why it disagrees
     failed: list[str] = field(default_factory=list)
+    wall_s: float | None = None  # the grading's wall time, set by the caller
 
     def to_json(self) -> dict[str, Any]:
         r = self.result
@@ -89,7 +93,8 @@ class Outcome:
                 "got": None if r is None else ("environment" if r.environment_failure else
                                                 "pass" if r.passed else "fail"),
                 "score": None if r is None else r.score, "failed": self.failed, "agrees": self.agrees,
-                "problem": self.problem, "result_json": None if r is None else str(r.result_path)}
+                "problem": self.problem, "wall_s": self.wall_s,
+                "result_json": None if r is None else str(r.result_path)}
 
 
 def corpus_dir(root: Path | None = None) -> Path:
@@ -110,14 +115,17 @@ def load_variant(folder: Path, slug: str) -> Variant:
     return Variant(slug, folder.name, folder, spec)
 
 
-def discover(slugs: list[str] | None = None, root: Path | None = None) -> list[Variant]:
+def discover(slugs: list[str] | None = None, root: Path | None = None, ci_only: bool = False) -> list[Variant]:
+    """Every variant (of ``slugs``), or only CI's tier (``ci = true``)."""
     base = corpus_dir(root)
     out = []
     for d in sorted(p for p in base.glob("*/*") if p.is_dir() and not p.name.startswith((".", "_"))):
         slug = d.parent.name
         if slugs and slug not in slugs:
             continue
-        out.append(load_variant(d, slug))
+        v = load_variant(d, slug)
+        if v.spec.ci or not ci_only:
+            out.append(v)
     return out
 
 

@@ -75,7 +75,9 @@ def observe_rank(run_dir: Path, rank: int, key: str | None) -> RankObservation:
             obs.peak_rss_mb = max(obs.peak_rss_mb, float(r.get("rss_mb", 0.0)))
             if r.get("attempt") == last:
                 obs.steps += 1
-                step_ts.append(float(r["t"]))
+                # steps/s by the parent's clock where the record channel stamped its receive time: a
+                # script that slows the clock in its own process cannot speed itself up
+                step_ts.append(float(r.get("rt", r["t"])))
                 obs.rss_mb.append(float(r.get("rss_mb", 0.0)))
                 obs.step_times.append(float(r.get("dt", 0.0)))
                 obs.lr.append(list(r.get("lr", [])))

@@ -213,6 +213,8 @@ class Store:
         self.counts = {"puts": 0, "put_bytes": 0, "aborted": 0, "refused": 0, "gets": 0, "deletes": 0}
         self.stopping = threading.Event()
         os.makedirs(self.root, exist_ok=True)
+        if conf.get("uid") is not None:  # sandboxed: the run's uid owns its work dir's folders, this one too
+            os.chown(self.root, conf["uid"], conf["uid"], follow_symlinks=False)
         real = os.path.realpath(self.root)
         cwd = os.path.realpath(conf["cwd"])
         if not (real == cwd or real.startswith(cwd + os.sep)):
