@@ -13,7 +13,7 @@ import pytest
 from grader import flags as flags_mod
 from grader import sealing
 from grader.checks import Context, run_check
-from grader.evidence import TamperedRun, load_run
+from grader.evidence import EnvironmentFailure, TamperedRun, load_run
 from grader.exercises import find
 from grader.grade import reference_run, regrade
 from grader.result import GradeResult
@@ -168,6 +168,37 @@ def test_a_tampered_cache_entry_is_reported_and_run_again(tmp_path, monkeypatch)
     again = reference_run(ex, "cpu", 2, lambda s: None, sandboxed=True, notes=notes)
     assert len(calls) == 2 and "run.json was changed" in notes[0] and "run again" in notes[0]
     assert "poisoned" not in again.run and sealing.verify(again.run_dir).ok
+
+
+@pytest.mark.parametrize("statuses, runs, raises", [
+    (["hung", "ok"], 2, False),  # a failed reference run is run once more, and said so
+    (["failed", "failed"], 2, True),  # twice: the machine is broken, an environment failure
+    (["ok"], 1, False),
+])
+def test_a_failed_reference_run_is_run_once_more(tmp_path, monkeypatch, statuses, runs, raises):
+    monkeypatch.setattr("grader.grade.kit_root", lambda: tmp_path / "kit")
+    calls = []
+
+    def fake_run_role(ex_, script_dir, run_dir, role, device, nproc, **kw):
+        b = RunDirBuilder(run_dir, status=statuses[len(calls)])
+        calls.append(run_dir)
+        for r in range(2):
+            b.exit(r, steps=1)
+        b.build()
+        return load_run(role, run_dir)
+
+    monkeypatch.setattr("grader.grade.run_role", fake_run_role)
+    notes: list[str] = []
+    if raises:
+        with pytest.raises(EnvironmentFailure, match="did not complete"):
+            reference_run(find(SLUG), "cpu", 2, lambda s: None, notes=notes)
+    else:
+        ev = reference_run(find(SLUG), "cpu", 2, lambda s: None, notes=notes)
+        assert ev.status == "ok"
+    assert len(calls) == runs
+    assert len(notes) == (runs - 1) and all("run once more" in n for n in notes)
+    kept = list((tmp_path / "kit" / ".trainwreck" / "cache" / SLUG).glob("*-failed*"))
+    assert len(kept) == runs - 1  # the failed run kept for whoever debugs it, never as a cache entry
 
 
 # ---- flags for a human -----------------------------------------------------------------------
