@@ -29,7 +29,7 @@ from typing import Any, Literal
 from grader.checks.base import Check, CheckResult, CheckSpec, Context, need, trained_to_the_end
 from grader.evidence import harness_failed
 from grader.evidence.timeline import contradictions
-from grader.evidence.work import autocast_misses, extra_backward, unread_rows
+from grader.evidence.work import autocast_misses, extra_backward, skipped_at_overflow, unread_rows
 from grader.roles import Role
 
 
@@ -78,7 +78,12 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
             problems.append(f"rank {killed[0]} left no record of the parameters it trained (it was killed before "
                             "its exit record), so they cannot be counted")
     if finished:
-        bad = {r: s for r, s in steps.items() if s != wl.steps}
+        # an iteration the script's own loss scaler skipped at the injected overflow is an iteration
+        per_step = getattr(wl, "backward_per_step", 1)
+        skipped = {r: 1 for r in steps if skipped_at_overflow(ev, r, per_step) is not None}
+        if skipped:
+            evidence["skipped_at_overflow"] = sorted(skipped)
+        bad = {r: s for r, s in steps.items() if s + skipped.get(r, 0) != wl.steps}
         if bad:
             r, s = next(iter(bad.items()))
             problems.append(f"rank {r} made {s} optimizer steps; the workload is {wl.steps}")

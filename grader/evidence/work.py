@@ -21,15 +21,38 @@ def _exit(ev, rank: int, attempt: int) -> dict[str, Any] | None:
                 None)
 
 
+def skipped_at_overflow(ev, rank: int, per_step: int) -> int | None:
+    """The step K whose iteration the script's own loss scaler skipped, or None. The grading made
+    step K's gradients overflow (``[run] overflow_at_step``); a GradScaler's skip is recorded by the
+    harness as a (skipped) step, but a hand-written dynamic scaler, as Megatron-LM and DeepSpeed keep,
+    skips ``optimizer.step()`` itself, so the harness's step K spans that iteration and the next:
+    twice the workload's backward passes, in the first attempt, right at the injected step."""
+    inj = next((e for e in ev.events(rank) if e.get("kind") == "overflow" and "param" in e
+                and int(e.get("attempt", 0)) == 0), None)
+    if inj is None:
+        return None
+    k = int(inj["step"])
+    rec = next((r for r in _steps_by_attempt(ev, rank).get(0, []) if int(r.get("step", -1)) == k), None)
+    if rec is None or rec.get("skipped") or rec.get("backward_passes") != 2 * per_step:
+        return None
+    return k
+
+
 def extra_backward(ev, rank: int, per_step: int) -> dict[str, Any] | None:
     """The first step (any attempt) whose iteration ran more backward passes than the workload's
-    ``per_step``, or None. Records without the count (an older harness) are not judged."""
+    ``per_step``, or None; the step that spans an iteration skipped at the injected overflow
+    (``skipped_at_overflow``) counts as two. Records without the count (an older harness) are not
+    judged."""
+    skipped = skipped_at_overflow(ev, rank, per_step)
     for a, steps in sorted(_steps_by_attempt(ev, rank).items()):
         for r in steps:
             n = r.get("backward_passes")
+            if a == 0 and skipped is not None and int(r.get("step", -1)) == skipped:
+                continue
             if isinstance(n, int) and n > per_step:
                 over = sum(1 for x in steps if isinstance(x.get("backward_passes"), int)
-                           and x["backward_passes"] > per_step)
+                           and x["backward_passes"] > per_step
+                           and not (a == 0 and skipped is not None and int(x.get("step", -1)) == skipped))
                 return {"attempt": a, "step": int(r["step"]), "backward_passes": n, "steps_over": over,
                         "steps": len(steps)}
     return None

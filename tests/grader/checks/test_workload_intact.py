@@ -75,7 +75,7 @@ def test_evaluations_are_judged_by_what_all_ranks_read_together(tmp_path, reads,
 # -- work done around the records: backward passes, rows fed, autocast, contradicting records ------
 
 def _work_run(root, steps=16, backward=None, rows=None, reads=None, autocast=None, attempt1=None, tail_rows=None,
-              saves=(), uploads=(), rt_lag=None):
+              saves=(), uploads=(), rt_lag=None, overflow=None):
     """A finished 2-rank run whose step records carry the work fields. ``backward``/``rows``: step ->
     value (default 1 backward, 4 rows); ``reads``: step -> samples read during that step's iteration
     (default 4); ``autocast``: step -> dict (default {"float16": 1}); ``attempt1``: (backward passes of
@@ -97,6 +97,8 @@ def _work_run(root, steps=16, backward=None, rows=None, reads=None, autocast=Non
                    "forward_rows": (rows or {}).get(s, 4), "autocast": (autocast or {}).get(s, {"float16": 1})}
             if rt_lag is not None:
                 rec["rt"] = float(s) + rt_lag(s)
+            if overflow == s:  # the grading injected inf into this step's gradients after its backward
+                b.event(r, kind="overflow", attempt=0, t=float(s) - 0.5, step=s, param="w")
             b.event(r, **rec)
         attempt = 0
         if attempt1:
@@ -165,6 +167,21 @@ def test_work_around_the_records_fails(tmp_path, kw, workload, says):
 def test_valid_work_in_other_shapes_passes(tmp_path, kw, workload):
     c = _judge_work(tmp_path, main=_work_run(tmp_path / "main", **kw), **workload)
     assert c.passed, c.message
+
+
+@pytest.mark.parametrize("overflow, backward, passed, says", [
+    (8, 2, True, "files as shipped"),  # the script's own loss scaler skipped the overflowed iteration
+    (None, 2, False, "rank 0 made 15 optimizer steps; the workload is 16"),  # no overflow: a step lost
+    (8, 3, False, "rank 0 made 15 optimizer steps"),  # more than the two iterations
+    (5, 2, False, "rank 0 made 15 optimizer steps"),  # not at the injected step
+])
+def test_an_iteration_skipped_at_the_injected_overflow_is_an_iteration(tmp_path, overflow, backward, passed, says):
+    """A hand-written dynamic loss scaler (Megatron-LM's, DeepSpeed's) skips optimizer.step() on the
+    overflow the grading injects: the harness's step 8 then spans two iterations."""
+    run = _work_run(tmp_path / "main", steps=15, overflow=overflow, backward={8: backward}, rows={8: 8},
+                    reads={8: 8})
+    c = _judge_work(tmp_path, main=run)
+    assert c.passed is passed and says in c.message, c.message
 
 
 def test_a_restarted_run_is_judged_too(tmp_path):
