@@ -1,0 +1,41 @@
+"""The live-tensor and graph-node counts (harness.memstats), in this process."""
+
+from __future__ import annotations
+
+import gc
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from harness import memstats
+
+
+@pytest.fixture
+def stats(monkeypatch):
+    monkeypatch.setattr(gc, "freeze", gc.freeze)  # install() wraps it: put the original back after
+    rec = SimpleNamespace(step=0, step_fields=[])
+    s = memstats.install(rec)
+    yield s
+    gc.unfreeze()  # the harness froze this test process's objects: let the collector see them again
+
+
+@pytest.mark.parametrize("script_freezes", [0, 1, 2])
+def test_a_script_that_freezes_the_collector_itself_is_seen(stats, script_freezes):
+    assert stats.on_step(1) == {}  # step 1: the harness freezes what exists
+    for _ in range(script_freezes):
+        gc.freeze()
+    out = stats.on_step(2)
+    assert out.get("gc_refrozen", 0) == script_freezes
+
+
+def test_kept_graphs_grow_the_counts(stats):
+    stats.on_step(1)
+    first = stats.on_step(2)
+    w = torch.ones(3, requires_grad=True)
+    kept = [(w * i).sum() for i in range(10)]  # ten graphs held, as a leak would
+    stats.next_step = 3
+    later = stats.on_step(3)
+    assert later["live_tensors"] >= first["live_tensors"] + 10
+    assert later["graph_nodes"] >= first["graph_nodes"] + 10
+    del kept
