@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import io
 import os
 import shutil
 import threading
@@ -62,7 +63,14 @@ def _path_of(f: Any) -> str | None:
     if isinstance(f, (str, os.PathLike)):
         return os.path.abspath(os.fspath(f))
     name = getattr(f, "name", None)  # an open file the script handed torch.save
-    return os.path.abspath(name) if isinstance(name, str) else None
+    if isinstance(name, str):
+        return os.path.abspath(name)
+    try:  # os.fdopen(fd) of a tempfile.mkstemp: the file object's name is the fd; ask the kernel
+        fd = f.fileno()
+        target = os.readlink(f"/proc/self/fd/{fd}")
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return None
+    return target if target.startswith("/") and not target.endswith(" (deleted)") else None
 
 
 class SaveTrace:

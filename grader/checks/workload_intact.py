@@ -10,7 +10,10 @@ killed and restarted runs; ``grader/evidence/work.py``, ``harness/work.py``):
 - backward passes: no optimizer step's iteration may run more than the workload's
   ``backward_per_step`` (its micro-batches; default 1; at another world size, scaled so the global
   count is the same). Training the optimizer step hook never saw (a restart that retrains from
-  scratch up to its checkpoint with hidden updates) shows here;
+  scratch up to its checkpoint with hidden updates) shows here. Where the workload declares
+  micro-batches (``backward_per_step`` > 1), a run at its world size must also run that many per
+  step (the median): folding them into one larger batch changes the job (its activations no
+  longer fit where the real one runs);
 - rows fed to the model: the rows its outermost forward calls were given may not exceed, at any
   step, the samples the rank had read through the kit's datasets (the ledger), beyond the rows of
   one step: a rank that computes on samples it never read (its peer's half of the batch, taken
@@ -29,7 +32,7 @@ from typing import Any, Literal
 from grader.checks.base import Check, CheckResult, CheckSpec, Context, need, trained_to_the_end
 from grader.evidence import harness_failed
 from grader.evidence.timeline import contradictions
-from grader.evidence.work import autocast_misses, extra_backward, skipped_at_overflow, unread_rows
+from grader.evidence.work import autocast_misses, extra_backward, median_backward, skipped_at_overflow, unread_rows
 from grader.roles import Role
 
 
@@ -139,6 +142,16 @@ def _hidden_work(ctx: Context, main, evidence: dict[str, Any]) -> list[str]:
                                 f"{'' if ev.world_size == ctx.manifest.world_size else f' at world size {ev.world_size}'}"
                                 ": training the optimizer step hook never saw")
                 break
+        declared = getattr(wl, "backward_per_step", 1)
+        if declared > 1 and ev.world_size == ctx.manifest.world_size:
+            for r in sorted(ev.ranks):
+                med = median_backward(ev, r)
+                if med is not None and med < declared:
+                    evidence.setdefault("fewer_backward", {}).setdefault(role, {})[r] = med
+                    problems.append(f"rank {r} ran {med:g} backward passes per optimizer step (median) in {where}; "
+                                    f"the workload accumulates {declared} micro-batches per step: folding them into "
+                                    "fewer, larger batches changes the job")
+                    break
         for r in sorted(ev.ranks):
             unread = unread_rows(ev, r)
             if unread:

@@ -58,6 +58,16 @@ def extra_backward(ev, rank: int, per_step: int) -> dict[str, Any] | None:
     return None
 
 
+def median_backward(ev, rank: int) -> float | None:
+    """The median backward passes per optimizer step of the rank's first attempt, or None where
+    the records do not carry the count."""
+    import statistics
+
+    counts = [r["backward_passes"] for r in _steps_by_attempt(ev, rank).get(0, [])
+              if isinstance(r.get("backward_passes"), int)]
+    return statistics.median(counts) if counts else None
+
+
 def unread_rows(ev, rank: int) -> dict[str, Any] | None:
     """The first step at which the rows the rank's model had been fed (outermost forward calls,
     leading dimension of the input) exceeded the samples it had read through the kit's datasets, by

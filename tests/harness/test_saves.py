@@ -134,3 +134,21 @@ def test_a_save_fault_never_tears_the_harness_own_files(tmp_path):
     assert res.status == "ok" and all(r["exit_code"] == 0 for r in res.to_json()["ranks"])
     key = rundir.load_run(res.run_dir)["key"]
     assert all(observe_rank(res.run_dir, r, key).params_sha256 for r in (0, 1))
+
+
+def test_the_path_of_a_file_object_torch_save_was_handed(tmp_path):
+    """A checkpoint written through os.fdopen(tempfile.mkstemp()) (the file object's name is its
+    fd) is traced under its real path, so its rename publishes a checkpoint the trace saw written."""
+    import io
+    import os
+    import tempfile
+
+    from harness.saves import _path_of
+
+    fd, tmp = tempfile.mkstemp(dir=tmp_path, prefix=".", suffix=".partial")
+    with os.fdopen(fd, "wb") as f:
+        assert _path_of(f) == os.path.realpath(tmp)
+    with open(tmp_path / "named.pt", "wb") as f:
+        assert _path_of(f) == str(tmp_path / "named.pt")
+    assert _path_of(io.BytesIO()) is None
+    assert _path_of(tmp_path / "x.pt") == str(tmp_path / "x.pt")
