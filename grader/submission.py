@@ -8,6 +8,7 @@ reported, because a candidate who edited one was working on a different problem.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +63,12 @@ def check_source(ex: Exercise, kind: str, workspace: Path | None) -> Path:
     missing = [f for f in editable if not regular_file(src / f)]
     if missing:
         raise SubmissionError(f"{src} lacks {', '.join(missing)} as a file; the exercise's editable files must be there")
+    if kind == "workspace":  # what is graded is what the workspace holds, never a file elsewhere it points to
+        escaping = [f for f in editable if not regular_file(src / f, within=src)]
+        if escaping:
+            f = escaping[0]
+            raise SubmissionError(f"{src / f} is a symlink to {os.path.realpath(src / f)}, outside the workspace; "
+                                  "put the file itself in the workspace and grade again")
     for f in editable:
         if not f.endswith(".py"):
             continue
