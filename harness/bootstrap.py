@@ -115,7 +115,33 @@ def main(argv: list[str]) -> int:
     rec.event("exit", status=status, code=code, steps=rec.step, error=error, **saved)
     sys.stdout.flush()
     sys.stderr.flush()
+    if instrument.kept_process_groups():
+        leave(code)
     return code
+
+
+def leave(code: int) -> None:
+    """Exit as the interpreter would (wait for the script's non-daemon threads, run its atexit
+    handlers, collect what it left, flush), but without tearing down the process groups the
+    harness kept (``instrument.keep_process_groups``): a gloo group destroyed while a worker thread
+    still frees a work's tensors deadlocks on the GIL, and at interpreter shutdown it can abort."""
+    import atexit
+    import gc
+    import threading
+
+    for t in threading.enumerate():
+        if t is not threading.main_thread() and not t.daemon:
+            t.join()
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        gc.collect()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(code)
 
 
 def _install_profiler(rec):

@@ -38,6 +38,32 @@ from harness import channel, collectives, faults, memstats, rundir, saves, work
 
 _recorder: Recorder | None = None
 
+# Every process group the script made, kept until the bootstrap leaves (harness.bootstrap.leave).
+# A gloo group whose last reference goes in DDP's Reducer destructor, when the script's DDP model
+# is freed, joins its worker threads holding the GIL while a worker is freeing a finished work's
+# tensors, which takes the GIL: the rank hangs after its last line (torch 2.13; seen in about one
+# gloo job in ten). Kept here, no group is destroyed before the process leaves.
+_kept_groups: list = []
+_kept_seen: set[int] = set()
+
+
+def keep_process_groups() -> None:
+    """Hold a reference to every process group torch knows of now (cheap: a dict's keys)."""
+    try:
+        from torch.distributed import distributed_c10d as c10d
+
+        groups = list(c10d._world.pg_map)
+    except Exception:  # a torch without the registry: nothing kept, nothing broken
+        return
+    for g in groups:
+        if id(g) not in _kept_seen:
+            _kept_seen.add(id(g))
+            _kept_groups.append(g)
+
+
+def kept_process_groups() -> int:
+    return len(_kept_groups)
+
 
 def current() -> Recorder | None:
     """The rank's recorder when running under the harness, else None."""
@@ -112,6 +138,7 @@ class Recorder:
 
     # -- optimizer steps -------------------------------------------------------------------
     def on_step(self, optimizer: torch.optim.Optimizer, skipped: bool = False) -> None:
+        keep_process_groups()  # groups made after init (new_group, a DeviceMesh's)
         if self._in_scaler_step:
             self._scaler_stepped = True
         self.step += 1
@@ -397,6 +424,7 @@ def install(run_dir: Path, rank: int, key: str, attempt: int, pg_timeout_s: floa
         if not given and pg_timeout_s is not None:
             call.arguments["timeout"] = datetime.timedelta(seconds=pg_timeout_s)
         out = orig_init(*call.args, **call.kwargs)
+        keep_process_groups()
         timeout = call.arguments.get("timeout")
         if timeout is None:  # torch's own default for this backend, as torch would apply it
             try:
