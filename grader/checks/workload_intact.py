@@ -13,7 +13,8 @@ killed and restarted runs; ``grader/evidence/work.py``, ``harness/work.py``):
   scratch up to its checkpoint with hidden updates) shows here. Where the workload declares
   micro-batches (``backward_per_step`` > 1), a run at its world size must also run that many per
   step (the median): folding them into one larger batch changes the job (its activations no
-  longer fit where the real one runs);
+  longer fit where the real one runs); and no step may run none (a step record that trained
+  nothing: the step hook called by the script itself);
 - rows fed to the model: the rows its outermost forward calls were given may not exceed, at any
   step, the samples the rank had read through the kit's datasets (the ledger), beyond the rows of
   one step: a rank that computes on samples it never read (its peer's half of the batch, taken
@@ -32,7 +33,14 @@ from typing import Any, Literal
 from grader.checks.base import Check, CheckResult, CheckSpec, Context, need, trained_to_the_end
 from grader.evidence import harness_failed
 from grader.evidence.timeline import contradictions
-from grader.evidence.work import autocast_misses, extra_backward, median_backward, skipped_at_overflow, unread_rows
+from grader.evidence.work import (
+    autocast_misses,
+    empty_steps,
+    extra_backward,
+    median_backward,
+    skipped_at_overflow,
+    unread_rows,
+)
 from grader.roles import Role
 
 
@@ -141,6 +149,15 @@ def _hidden_work(ctx: Context, main, evidence: dict[str, Any]) -> list[str]:
                                 f"steps ran more than {per_step}); the workload runs {per_step} per optimizer step"
                                 f"{'' if ev.world_size == ctx.manifest.world_size else f' at world size {ev.world_size}'}"
                                 ": training the optimizer step hook never saw")
+                break
+        for r in sorted(ev.ranks):
+            empty = empty_steps(ev, r)
+            if empty:
+                evidence.setdefault("empty_steps", {}).setdefault(role, {})[r] = empty
+                attempt = f" of attempt {empty['attempt']}" if empty["attempt"] else ""
+                problems.append(f"rank {r} recorded {empty['empty']} of its {empty['steps']} optimizer steps{attempt} in "
+                                f"{where} with no backward pass (first at step {empty['step']}): steps that trained "
+                                "nothing")
                 break
         declared = getattr(wl, "backward_per_step", 1)
         if declared > 1 and ev.world_size == ctx.manifest.world_size:

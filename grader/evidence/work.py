@@ -58,6 +58,17 @@ def extra_backward(ev, rank: int, per_step: int) -> dict[str, Any] | None:
     return None
 
 
+def empty_steps(ev, rank: int) -> dict[str, Any] | None:
+    """The first step (any attempt) recorded with no backward pass in its iteration, or None: an
+    optimizer step record that trained nothing (a script calling the harness's step hook itself to
+    make its steps look like the workload's). A step a GradScaler skipped still ran its backward."""
+    for a, steps in sorted(_steps_by_attempt(ev, rank).items()):
+        empty = [r for r in steps if r.get("backward_passes") == 0]
+        if empty:
+            return {"attempt": a, "step": int(empty[0]["step"]), "empty": len(empty), "steps": len(steps)}
+    return None
+
+
 def median_backward(ev, rank: int) -> float | None:
     """The median backward passes per optimizer step of the rank's first attempt, or None where
     the records do not carry the count."""

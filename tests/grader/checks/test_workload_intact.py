@@ -143,6 +143,9 @@ def test_the_work_as_declared_passes(tmp_path):
     ({"attempt1": (48, 8)}, {}, "rank 0 ran 48 backward passes for optimizer step 1 of attempt 1 in the main run "
                                 "(1 of its 8 steps ran more than 1); the workload runs 1 per optimizer step"),
     ({"backward": {s: 4 for s in range(1, 17)}}, {}, "rank 0 ran 4 backward passes for optimizer step 1"),
+    # the step hook called once more after each real step: records of steps that trained nothing
+    ({"backward": {s: 0 for s in range(2, 17, 2)}}, {}, "rank 0 recorded 8 of its 16 optimizer steps in the main run "
+                                                        "with no backward pass (first at step 2)"),
     # four micro-batches folded into one larger batch per step
     ({}, {"backward_per_step": 4}, "rank 0 ran 1 backward passes per optimizer step (median) in the main run; "
                                    "the workload accumulates 4 micro-batches per step"),
