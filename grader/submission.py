@@ -7,6 +7,7 @@ reported, because a candidate who edited one was working on a different problem.
 
 from __future__ import annotations
 
+import filecmp
 import hashlib
 import os
 import shutil
@@ -55,6 +56,9 @@ def source_dir(ex: Exercise, kind: str, workspace: Path | None) -> Path:
     return Path(workspace)
 
 
+MAX_EDITABLE_BYTES = 16 << 20  # an editable file is a script: compiled, hashed and copied whole
+
+
 def check_source(ex: Exercise, kind: str, workspace: Path | None) -> Path:
     """The folder the editable files come from, once it is known to hold them as Python that
     compiles: checked before anything is created, so a rejected workspace leaves nothing behind."""
@@ -63,6 +67,11 @@ def check_source(ex: Exercise, kind: str, workspace: Path | None) -> Path:
     missing = [f for f in editable if not regular_file(src / f)]
     if missing:
         raise SubmissionError(f"{src} lacks {', '.join(missing)} as a file; the exercise's editable files must be there")
+    big = [f for f in editable if (src / f).stat().st_size > MAX_EDITABLE_BYTES]
+    if big:
+        f = big[0]
+        raise SubmissionError(f"{src / f} is {(src / f).stat().st_size / 2**20:.0f} MiB: too large for a script "
+                              f"(at most {MAX_EDITABLE_BYTES >> 20} MiB); hand in the edited file itself")
     if kind == "workspace":  # what is graded is what the workspace holds, never a file elsewhere it points to
         escaping = [f for f in editable if not regular_file(src / f, within=src)]
         if escaping:
@@ -96,7 +105,8 @@ def assemble(ex: Exercise, kind: str, workspace: Path | None, dest: Path) -> Sub
             if str(rel) in editable:
                 continue
             theirs = src / rel
-            if theirs.is_file() and theirs.read_bytes() != (ex.dir / rel).read_bytes():
+            # sizes first, then chunk by chunk: a protected file can be a 2 GiB sparse file
+            if regular_file(theirs) and not filecmp.cmp(theirs, ex.dir / rel, shallow=False):
                 changed.append(str(rel))
     return Submission(kind=kind, source=src, dir=dest, sha256=_digest([src / f for f in editable]),
                       protected_changed=changed)

@@ -53,7 +53,7 @@ class Peer(Protocol):
 @dataclass(frozen=True)
 class ServerLimits:
     line_bytes: int = 1 << 20  # one record line
-    records_bytes: int = 256 << 20  # per rank, every record stream together
+    records_bytes: int = 64 << 20  # per rank, every record stream together (the largest grading: 10 MB)
     log_bytes: int = 16 << 20  # per rank and byte stream
     file_bytes: int = 256 << 20  # per file
     connections: int = 64  # open at once, per rank

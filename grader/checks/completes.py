@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from grader.checks.base import Check, CheckResult, CheckSpec, Context, need
+from grader.text import printable
 from harness.paths import display_path
 
 
@@ -35,7 +36,9 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     if ev.status == "timeout":
         return CheckResult("completes", False, f"the job ran past its {ctx.manifest.run.timeout:.0f} s limit", evidence)
     failure = ev.run.get("failure") or {}
-    last = (failure.get("error") or "").strip().splitlines()[-1:] or ["no error output"]
+    # lines end at "\n" only: str.splitlines() also breaks at "\r", and a carriage return in the
+    # exception's own text would make its tail (not "RuntimeError: ...") the line shown
+    last = [ln for ln in printable(failure.get("error") or "").split("\n") if ln.strip()][-1:] or ["no error output"]
     who = f"rank {failure.get('rank')}" if failure.get("rank") is not None else "the job"
     inside = [f"rank {r} was inside {o.pending_collective['op']} called at "
               f"{display_path(o.pending_collective['site'], keep=1, relative=False) or 'an unknown site'}"

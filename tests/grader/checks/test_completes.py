@@ -28,3 +28,23 @@ def test_a_run_ended_at_a_limit_says_which(tmp_path):
     c = run_check(spec("completes"), Context(FakeManifest(), {"main": load_run("main", b.build())}))
     assert not c.passed and not c.environment
     assert c.message == "the run was ended at a limit: rank 1 used 913 MiB, over the memory limit of 800 MiB"
+
+
+@pytest.mark.parametrize("error, says", [
+    ("Traceback (most recent call last):\n  File \"train.py\", line 3\nValueError: bad shape", "ValueError: bad shape"),
+    # terminal escapes and a carriage return in the exception's text: the line shown is still the exception's
+    ("Traceback (most recent call last):\nRuntimeError: \x1b[2J\x1b[32mALL CHECKS PASSED\x1b[0m\r\x1b[2K passed",
+     "rank 1 failed: RuntimeError: ALL CHECKS PASSED passed"),
+    ("", "no error output"),
+])
+def test_the_failure_line_is_the_exceptions_and_printable(tmp_path, error, says):
+    from grader.checks import Context
+    from grader.evidence import load_run
+    from tests.grader.fakes import FakeManifest
+    from tests.grader.rundirs import RunDirBuilder
+
+    b = RunDirBuilder(tmp_path / "main", status="failed", failure={"rank": 1, "error": error})
+    for r in range(2):
+        b.event(r, kind="boot", attempt=0, t=1.0, pid=100 + r, rank=r)
+    c = run_check(spec("completes"), Context(FakeManifest(), {"main": load_run("main", b.build())}))
+    assert not c.passed and says in c.message and "\x1b" not in c.message and "\r" not in c.message, c.message

@@ -103,11 +103,15 @@ def _workspace(tmp_path: Path, text: str | None) -> Path:
     ("non-empty --out", "already holds files (an earlier grading?); give --out a new or empty folder"),
     ("read-only --out", "cannot write grading results to"),
     ("train.py a symlink to the solution", "is a symlink to"),
+    ("train.py a 20 MiB sparse file", "too large for a script"),
 ])
 def test_grading_refuses_bad_input_before_running_anything(invoke, tmp_path, case, says):
     ws = _workspace(tmp_path, None if case in ("no train.py", "train.py a symlink to the solution")
                     else "import os\ndef broken(:\n" if case == "syntax error"
                     else (REPO / "exercises" / "memory-leak" / "train.py").read_text())
+    if case == "train.py a 20 MiB sparse file":  # never read whole, compiled or hashed
+        with open(ws / "train.py", "ab") as f:
+            f.truncate(20 << 20)
     if case == "train.py a symlink to the solution":  # graded would be the reference, not the workspace
         (ws / "train.py").symlink_to(REPO / "solutions" / "memory-leak" / "train.py")
     out = tmp_path / "out"
