@@ -38,7 +38,10 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     failure = ev.run.get("failure") or {}
     # lines end at "\n" only: str.splitlines() also breaks at "\r", and a carriage return in the
     # exception's own text would make its tail (not "RuntimeError: ...") the line shown
-    last = [ln for ln in printable(failure.get("error") or "").split("\n") if ln.strip()][-1:] or ["no error output"]
+    lines = [ln for ln in printable(failure.get("error") or "").split("\n") if ln.strip()]
+    # the exception's own line: the last one not indented (frames and code are; the text of an
+    # exception that moved the cursor with escapes and carriage returns may be split below it)
+    last = [ln for ln in lines if not ln[:1].isspace()][-1:] or lines[-1:] or ["no error output"]
     who = f"rank {failure.get('rank')}" if failure.get("rank") is not None else "the job"
     inside = [f"rank {r} was inside {o.pending_collective['op']} called at "
               f"{display_path(o.pending_collective['site'], keep=1, relative=False) or 'an unknown site'}"

@@ -35,6 +35,9 @@ def test_a_run_ended_at_a_limit_says_which(tmp_path):
     # terminal escapes and a carriage return in the exception's text: the line shown is still the exception's
     ("Traceback (most recent call last):\nRuntimeError: \x1b[2J\x1b[32mALL CHECKS PASSED\x1b[0m\r\x1b[2K passed",
      "rank 1 failed: RuntimeError: ALL CHECKS PASSED passed"),
+    # the harness's excerpt breaks lines at the carriage return: the tail is indented, not the exception
+    ("Traceback (most recent call last):\nRuntimeError: \x1b[32mALL CHECKS PASSED\x1b[0m\n\x1b]0;x\x07\x1b[2K\x08 passed",
+     "rank 1 failed: RuntimeError: ALL CHECKS PASSED"),
     ("", "no error output"),
 ])
 def test_the_failure_line_is_the_exceptions_and_printable(tmp_path, error, says):
