@@ -91,6 +91,19 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
                        f"in a new order each epoch{after}", evidence)
 
 
+def _read_to_skip(ev, r: int, ds: str, full: list[int], k: int) -> int:
+    """How many samples a restart read and discarded to reach its resume point, as HF accelerate's
+    ``skip_first_batches`` does, or 0: its reads begin with the stretch of the uninterrupted sequence
+    that ends where the job resumed, all of it read before the restart's first optimizer step, and
+    go on with exactly what an uninterrupted run consumes from there."""
+    recs = [x for x in ev.ledgers.get(r, []) if x.get("ds") == ds and x.get("a") == 1]
+    a1 = [x["i"] for x in recs]
+    n = len(a1) - (len(full) - k)
+    if n <= 0 or n > k or a1[:n] != full[k - n:k] or a1[n:] != full[k:]:
+        return 0
+    return n if all(int(x.get("s", 0)) == 0 for x in recs[:n]) else 0
+
+
 def _resume(spec, ctx: Context, uninterrupted: dict[int, list[int]], evidence: dict[str, Any]) -> CheckResult:
     """Across a kill and restart, the ranks must consume what an uninterrupted run consumes: attempt
     0 up to the step the job resumed from, then attempt 1 to the end, nothing replayed or skipped.
@@ -123,6 +136,10 @@ def _resume(spec, ctx: Context, uninterrupted: dict[int, list[int]], evidence: d
             return CheckResult(name, False, f"before the kill rank {r} consumed something other than an "
                                f"uninterrupted run in its first {c} steps", evidence)
         if a1 == full[k:]:
+            continue
+        skipped = _read_to_skip(ev, r, ds, full, k)
+        if skipped:  # fast-forwarded by reading and discarding; that nothing of it was trained on is
+            info[r]["read_and_discarded"] = skipped  # the trajectory's to prove, step by step
             continue
         j = next((i for i, (x, y) in enumerate(zip(a1, full[k:])) if x != y), min(len(a1), len(full) - k))
         seen = [x["i"] for x in ev.ledgers.get(r, []) if x.get("ds") == ds and x.get("a") == 0]
