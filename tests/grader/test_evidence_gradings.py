@@ -133,7 +133,9 @@ def test_a_balloon_released_as_the_leak_grows_fails_memory_flat_on_counts_and_le
     assert not m.passed
     assert "the live tensors rank" in m.message and "grew by" in m.message, m.message
     assert "the reference run's level" in m.message, m.message
-    assert abs(m.evidence["ranks"][0]["slope_mb_per_step"]) < 0.1, m.evidence  # the balloon kept RSS flat
+    # the balloon hid the growth from RSS (kept it flat, or gave back a little more than the leak took
+    # on a loaded machine: -0.16 MB per step seen), so the slope alone would have passed it
+    assert m.evidence["ranks"][0]["slope_mb_per_step"] < 0.1, m.evidence
 
 
 # -- item 4: the fault a proper fix must survive ----------------------------------------------------
