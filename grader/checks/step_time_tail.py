@@ -1,6 +1,10 @@
-"""step_time_tail: p99 over median of each rank's step times after warm-up (signed step records).
-A stall every k steps (a synchronous checkpoint, an upload) puts the p99 far above the median while
-the median hardly moves; slowing every step down to hide it is caught against the reference."""
+"""step_time_tail: p99 over median of each rank's step times after warm-up. A stall every k steps (a
+synchronous checkpoint, an upload) puts the p99 far above the median while the median hardly moves;
+slowing every step down to hide it is caught against the reference.
+
+Step times are the parent's: the time between the receive times it stamped on consecutive step
+records (``grader.evidence.steptimes``), so a script that resets or slows the in-rank step timer
+hides nothing; the rank's own ``dt`` only where the run had no record channel."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from pydantic import Field
 
 from grader.checks.base import Check, CheckResult, CheckSpec, Context, need
 from grader.evidence import RunEvidence
+from grader.evidence.steptimes import StepTimes, step_times
 
 
 class Spec(CheckSpec):
@@ -31,7 +36,8 @@ def percentile(xs: list[float], q: float) -> float:
 
 
 def _median_after(ev: RunEvidence, warmup: int) -> float:
-    meds = [statistics.median(o.step_times[warmup:]) for o in ev.ranks.values() if o.step_times[warmup:]]
+    per_rank = [step_times(ev, r).seconds[warmup:] for r in sorted(ev.ranks)]
+    meds = [statistics.median(xs) for xs in per_rank if xs]
     return statistics.median(meds) if meds else 0.0
 
 
@@ -43,16 +49,23 @@ def _steps_list(steps: list[tuple[int, float]], limit: int = 3) -> str:
     return f"step{'s' if len(steps) > 1 else ''} {shown}{more} took {took}"
 
 
-def _during_uploads(ev: RunEvidence, rank: int, slow: list[int], evidence: dict[str, Any]) -> str:
+def _spans(ev: RunEvidence, rank: int, times: StepTimes) -> dict[int, tuple[float, float]]:
+    """Each step's (start, end) on the clock its duration was measured with."""
+    last = max((int(e.get("attempt", 0)) for e in ev.events(rank) if e.get("kind") == "step"), default=0)
+    recs = [e for e in ev.events(rank) if e.get("kind") == "step" and int(e.get("attempt", 0)) == last]
+    clock = "rt" if times.source == "parent" else "t"
+    return {s: (float(e[clock]) - d, float(e[clock])) for s, d, e in zip(times.steps, times.seconds, recs)}
+
+
+def _during_uploads(ev: RunEvidence, rank: int, times: StepTimes, slow: list[int],
+                    evidence: dict[str, Any]) -> str:
     """How many slow steps overlapped an upload the artifact store service logged (its own clock,
     outside the ranks), as evidence of what the step loop was waiting for."""
     puts = [(float(p["t0"]), float(p["t1"])) for p in (ev.store.puts if ev.store else [])
             if p.get("status") == "ok" and "t0" in p and "t1" in p]
     if not puts or not slow:
         return ""
-    last = max((int(e.get("attempt", 0)) for e in ev.events(rank) if e.get("kind") == "step"), default=0)
-    spans = {int(e["step"]): (float(e["t"]) - float(e.get("dt", 0)), float(e["t"])) for e in ev.events(rank)
-             if e.get("kind") == "step" and int(e.get("attempt", 0)) == last}
+    spans = _spans(ev, rank, times)
     hit = [s for s in slow if s in spans and any(a < spans[s][1] and b > spans[s][0] for a, b in puts)]
     evidence["slow_steps_during_uploads"] = hit[:50]
     if not hit:
@@ -71,16 +84,18 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     evidence: dict[str, Any] = {"max_p99_over_median": bound, "warmup_steps": spec.warmup_steps, "ranks": {}}
     worst: tuple[float, int] | None = None
     slow_by_rank: dict[int, list[tuple[int, float]]] = {}
+    measured = {r: step_times(ev, r) for r in sorted(ev.ranks)}
+    evidence["clock"] = "parent" if all(m.source == "parent" for m in measured.values()) else "rank"
     for r in sorted(ev.ranks):
-        times = ev.ranks[r].step_times[spec.warmup_steps:]
+        times = measured[r].seconds[spec.warmup_steps:]
+        numbers = measured[r].steps[spec.warmup_steps:]
         if len(times) < spec.min_steps:
             evidence["ranks"][r] = {"steps": len(times)}
             return CheckResult(name, False, f"rank {r} made {len(times)} steps after the {spec.warmup_steps} "
                                f"warm-up steps; a p99 needs at least {spec.min_steps}", evidence)
         med, p99 = statistics.median(times), percentile(times, 99)
         ratio = p99 / med if med > 0 else math.inf
-        # the step record's dt ends at this step: index i after warm-up is step warmup + i + 1
-        slow = [(spec.warmup_steps + i + 1, t) for i, t in enumerate(times) if t > bound * med]
+        slow = [(n, t) for n, t in zip(numbers, times) if t > bound * med]
         slow_by_rank[r] = slow
         evidence["ranks"][r] = {"steps": len(times), "p50_s": round(med, 4), "p99_s": round(p99, 4),
                                 "max_s": round(max(times), 4), "p99_over_median": round(ratio, 2),
@@ -93,7 +108,7 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     if ratio > bound:
         slow = slow_by_rank[r]
         what = f": {_steps_list(slow)} against a median of {info['p50_s']:.3f} s" if slow else ""
-        what += _during_uploads(ev, r, [s for s, _ in slow], evidence)
+        what += _during_uploads(ev, r, measured[r], [s for s, _ in slow], evidence)
         return CheckResult(name, False, f"rank {r}'s p99 step time is {ratio:.1f}x its median (p50 "
                            f"{info['p50_s']:.3f} s, p99 {info['p99_s']:.3f} s, max {info['max_s']:.3f} s; "
                            f"bound {bound:g}x){what}", evidence)

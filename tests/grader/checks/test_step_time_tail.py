@@ -43,3 +43,42 @@ def test_slowing_every_step_does_not_hide_a_stall(tmp_path, mine, reference, pas
     c = judge(tmp_path, tail(max_median_over_reference=5.0),
               reference={"dts": reference} if reference else None, dts=mine)
     assert c.passed is passed and says in c.message, c.message
+
+
+def cumulative(dts: list[float]) -> list[float]:
+    out, t = [], 100.0
+    for d in dts:
+        t += d
+        out.append(t)
+    return out
+
+
+@pytest.mark.parametrize("dts, rts, passed, says, clock", [
+    # the rank reset its step timer after each stall: its dt says 0.03 s, the parent saw 0.93 s
+    ([0.03] * 200, cumulative(stalled()), False, "steps 21, 41, 61 and 6 more took 0.93 s", "parent"),
+    # an honest stall is the same by either clock
+    (stalled(), cumulative(stalled()), False, "steps 21, 41, 61 and 6 more took 0.93 s", "parent"),
+    # a dt inflated in the rank does not make a step slow the parent saw fast
+    (stalled(), cumulative([0.03] * 200), True, "at most 1.00x", "parent"),
+    # no receive times (a run without the record channel): the rank's dt is all there is
+    (stalled(), None, False, "steps 21, 41, 61 and 6 more took 0.93 s", "rank"),
+])
+def test_step_times_are_the_parents(tmp_path, dts, rts, passed, says, clock):
+    c = judge(tmp_path, tail(), dts=dts, rts=rts)
+    assert c.passed is passed and says in c.message, c.message
+    assert c.evidence["clock"] == clock
+
+
+@pytest.mark.parametrize("rts, expect", [
+    ([10.0, 10.5, 10.6, 11.6], [0.05, 0.5, 0.1, 1.0]),  # the first step keeps its own dt
+    ([10.0, 10.5, 10.4], [0.05, 0.5, 0.0]),  # out of order by the parent's clock: never negative
+])
+def test_step_times_from_receive_times(tmp_path, rts, expect):
+    from grader.evidence import load_run
+    from grader.evidence.steptimes import step_times
+    from tests.grader.checks.stall_runs import make_stall_run
+
+    ev = load_run("main", make_stall_run(tmp_path / "run", dts=[0.05] * len(rts), rts=rts))
+    got = step_times(ev, 1)
+    assert got.source == "parent" and got.steps == list(range(1, len(rts) + 1))
+    assert got.seconds == pytest.approx(expect)
