@@ -82,3 +82,31 @@ def test_step_times_from_receive_times(tmp_path, rts, expect):
     got = step_times(ev, 1)
     assert got.source == "parent" and got.steps == list(range(1, len(rts) + 1))
     assert got.seconds == pytest.approx(expect)
+
+
+def checkpoint_writes(every_k: int = 20, main: bool = True, size: int = 16 * 2**20, op: str = "save",
+                      after_last: bool = False) -> list[dict]:
+    """Rank 0's checkpoint writes at every k-th step of a 200-step run (times by the 0.03 s steps)."""
+    steps = [200] if after_last else range(every_k, 200, every_k)
+    return [{"op": op, "path": "out/ckpt.pt.tmp", "begin": s * 0.03 + 0.001, "end": s * 0.03 + 0.02, "step": s,
+             "main": main, "bytes": size} for s in steps]
+
+
+@pytest.mark.parametrize("saves, writes_off_loop, passed, says", [
+    # torch.save of the whole state on the training thread every 20 steps: the steps are short, the
+    # loop still waits for it
+    (checkpoint_writes(), 2, False, "rank 0 wrote checkpoints on the training thread inside the step loop, "
+                                    "in steps 21, 41, 61 and 6 more (torch.save of ckpt.pt.tmp, up to 16.0 MiB, 0.02 s each"),
+    (checkpoint_writes(op="upload"), 2, False, "(an upload of ckpt.pt.tmp"),
+    (checkpoint_writes(), 0, True, "at most"),  # not asked for
+    (checkpoint_writes(main=False), 2, True, "at most"),  # a background writer
+    (checkpoint_writes(after_last=True), 2, True, "at most"),  # the final checkpoint, after the loop
+    (checkpoint_writes(every_k=150), 2, True, "at most"),  # once is not the loop's habit
+    # a small file written in the loop beside a large checkpoint written in the background
+    (checkpoint_writes(size=1000) + checkpoint_writes(main=False), 2, True, "at most"),
+])
+def test_checkpoint_writes_in_the_loop(tmp_path, saves, writes_off_loop, passed, says):
+    c = judge(tmp_path, tail(writes_off_loop=writes_off_loop), dts=[0.03] * 200, saves=saves)
+    assert c.passed is passed and says in c.message, c.message
+    if not passed:
+        assert c.evidence["loop_writes"][0]["steps"][:3] == [21, 41, 61]
