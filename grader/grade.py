@@ -91,13 +91,18 @@ def run_role(ex: Exercise, script_dir: Path, run_dir: Path, role: str, device: s
                        pg_timeout=m.run.pg_timeout, run_dir=run_dir, cwd=run_dir / "work",
                        faults=list(faults or []), env=env,
                        store=m.run.store.launch_config() if m.run.store else None,
-                       sandbox=sandbox, limits=m.limits.to_limits())
+                       sandbox=sandbox, limits=m.limits.to_limits(), watch=watched_paths(m))
     if launch(cfg).status == "interrupted":
         # Ctrl-C or SIGTERM ended this run (the harness ended its ranks and recorded it): the
         # grading stops here instead of going on to the next run
         raise KeyboardInterrupt
     sealing.seal(run_dir)
     return load_run(role, run_dir)
+
+
+def watched_paths(m: Manifest) -> list[str]:
+    """The files the checks of the manifest want watched from outside in every run."""
+    return list(dict.fromkeys(p for spec in m.checks for p in REGISTRY[spec.name].watches(spec)))
 
 
 def isolation(opts: GradeOptions) -> Isolation:
