@@ -86,9 +86,8 @@ def _during_uploads(ev: RunEvidence, rank: int, times: StepTimes, slow: list[int
     evidence["slow_steps_during_uploads"] = hit[:50]
     if not hit:
         return ""
-    lo, hi = min(b - a for a, b in puts), max(b - a for a, b in puts)
     return (f"; the artifact store was receiving an upload during {len(hit)} of them (its own log: "
-            f"{lo:.2f}-{hi:.2f} s per upload)")
+            f"{_seconds([b - a for a, b in puts])} per upload)")
 
 
 def _loop_writes_message(w: LoopWrites) -> str:
