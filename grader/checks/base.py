@@ -75,10 +75,6 @@ def _no_reference(spec: Any) -> bool:
     return False
 
 
-def _no_watches(spec: Any) -> list[str]:
-    return []
-
-
 @dataclass(frozen=True)
 class Check:
     name: str
@@ -86,8 +82,6 @@ class Check:
     judge: Callable[[Any, Context], CheckResult]
     runs: Callable[[Any, Manifest], list[RunRequest]] = _no_runs  # besides main
     needs_reference: Callable[[Any], bool] = _no_reference
-    # files (relative to the work dir) the parent of every run watches from outside (harness.filewatch)
-    watches: Callable[[Any], list[str]] = _no_watches
     # judged after every other check, seeing their verdicts (throughput counts only when correct)
     after_others: bool = False
     # runs of its own after the ordinary ones (throughput's interleaved rounds): (spec, how) -> a

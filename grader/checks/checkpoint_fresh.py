@@ -11,7 +11,7 @@ counts from the moment the service published it, holding the checkpoint its trac
 and files that reached the store's folder any other way fail the check by name.
 
 What the trace cannot tell, the parent's watcher can (``grader/evidence/watched.py``): ``path``, when
-it names a file, is watched from outside in every run, and each version published there (by any
+it names a file, is watched from outside in the main run, and each version published there (by any
 writer: bytes serialised in memory and written with ``open().write``, a writer process the script
 spawned) is judged from the parent's copy of it, as a traced save is; an object in the store holds
 the watched version whose bytes it received."""
@@ -61,8 +61,10 @@ class Spec(CheckSpec):
 
 
 def runs(spec: Spec, manifest) -> list[RunRequest]:
-    # which step a checkpoint holds is told by parameter fingerprints in the main run
-    return [RunRequest(Role.MAIN, manifest.world_size, env=FINGERPRINTS)]
+    # which step a checkpoint holds is told by parameter fingerprints in the main run; a checkpoint
+    # file is watched from outside there too (a folder is judged from the trace)
+    watch = () if spec.path.endswith("/") else (spec.path,)
+    return [RunRequest(Role.MAIN, manifest.world_size, env=FINGERPRINTS, watch=watch)]
 
 
 class _Holdings:
@@ -276,9 +278,4 @@ def _size(path: Path) -> int:
     return path.stat().st_size
 
 
-def watches(spec: Spec) -> list[str]:
-    """The checkpoint file, watched from outside in every run (a folder is judged from the trace)."""
-    return [] if spec.path.endswith("/") else [spec.path]
-
-
-CHECK = Check("checkpoint_fresh", Spec, judge, runs=runs, needs_reference=lambda spec: True, watches=watches)
+CHECK = Check("checkpoint_fresh", Spec, judge, runs=runs, needs_reference=lambda spec: True)
