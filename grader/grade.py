@@ -72,13 +72,14 @@ def plan(m: Manifest) -> Plan:
 def run_role(ex: Exercise, script_dir: Path, run_dir: Path, role: str, device: str, nproc: int,
              max_restarts: int = 0, faults: list[Fault] | None = None,
              env: dict[str, str] | None = None, script: str | None = None,
-             overflow: bool = True, sandbox: bool = False) -> RunEvidence:
+             overflow: bool = True, sandbox: bool = False, watch: list[str] | None = None) -> RunEvidence:
     """``script`` runs another file of the assembled folder than the entry (the compute bound),
     without the entry's arguments. ``overflow``: inject the manifest's ``[run] overflow_at_step``
     (every grading run does; recording the broken script's logs does not: the overflow is a test a
     fix must pass, not the symptom the candidate is shown). ``sandbox``: the run's processes in a
     bubblewrap sandbox, with the assembled folder read-only and a fresh work dir the one folder they
-    may write. The run dir is sealed once the run has ended (``grader.sealing``)."""
+    may write. ``watch``: files (work-dir relative) the parent watches from outside while it runs.
+    The run dir is sealed once the run has ended (``grader.sealing``)."""
     m = ex.manifest
     (run_dir / "work").mkdir(parents=True, exist_ok=True)
     env = dict(env or {})
@@ -91,7 +92,7 @@ def run_role(ex: Exercise, script_dir: Path, run_dir: Path, role: str, device: s
                        pg_timeout=m.run.pg_timeout, run_dir=run_dir, cwd=run_dir / "work",
                        faults=list(faults or []), env=env,
                        store=m.run.store.launch_config() if m.run.store else None,
-                       sandbox=sandbox, limits=m.limits.to_limits())
+                       sandbox=sandbox, limits=m.limits.to_limits(), watch=list(watch or []))
     if launch(cfg).status == "interrupted":
         # Ctrl-C or SIGTERM ended this run (the harness ended its ranks and recorded it): the
         # grading stops here instead of going on to the next run

@@ -34,6 +34,7 @@ class RunRequest:
     max_restarts: int = 0
     faults: tuple[Fault, ...] = ()
     env: tuple[tuple[str, str], ...] = ()  # extra environment, e.g. parameter fingerprints on
+    watch: tuple[str, ...] = ()  # files the parent watches from outside (harness.filewatch), work-dir relative
 
     @property
     def name(self) -> str:
@@ -41,7 +42,7 @@ class RunRequest:
 
     def launch_settings(self) -> dict:
         return {"nproc": self.nproc, "max_restarts": self.max_restarts, "faults": list(self.faults),
-                "env": dict(self.env)}
+                "env": dict(self.env), "watch": list(self.watch)}
 
 
 FINGERPRINTS = (("TRAINWRECK_FINGERPRINT", "1"),)  # per-step parameter fingerprints in the records
@@ -57,11 +58,11 @@ class Plan:
 
     def add(self, req: RunRequest) -> None:
         """The first request of a name sets its launch; later ones may only add environment (a
-        check that needs fingerprints in a run another check asked for)."""
+        check that needs fingerprints in a run another check asked for) and files to watch."""
         have = self.runs.get(req.name)
         if have is None:
             self.runs[req.name] = req
-        elif req.env:
+        elif req.env or req.watch:
             merged = dict(have.env) | dict(req.env)
             self.runs[req.name] = RunRequest(have.role, have.nproc, have.max_restarts, have.faults,
-                                             tuple(sorted(merged.items())))
+                                             tuple(sorted(merged.items())), tuple(dict.fromkeys(have.watch + req.watch)))

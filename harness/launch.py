@@ -27,6 +27,7 @@ import psutil
 from harness import defaults, rundir, sandbox, store_service
 from harness.errors import LaunchError
 from harness.failure import find_failure, launcher_exit_codes
+from harness.filewatch import FileWatch
 from harness.isolation import IsolatedRun, IsolationConfig
 from harness.limits import Limits, Violation
 from harness.monitor import Monitor, Snapshot
@@ -85,6 +86,9 @@ class LaunchConfig:
     # ``limits`` enforced. Needs ``cwd``: the one folder the run may write.
     sandbox: bool = False
     limits: Limits = field(default_factory=Limits)
+    # files (relative to cwd) the parent watches from outside while the run goes on, keeping each
+    # version that appears there (harness.filewatch): checkpoints, whoever writes them
+    watch: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
         if not self.script.is_file():
@@ -100,6 +104,9 @@ class LaunchConfig:
                 raise LaunchError(f"--{name.replace('_', '-')} must be positive")
         if self.store is not None:
             self.store.validate()
+        bad = [w for w in self.watch if not w.strip() or Path(w).is_absolute() or ".." in Path(w).parts]
+        if bad:
+            raise LaunchError(f"watch: {bad[0]!r} is not a path inside the work dir; give it relative to cwd")
         if self.sandbox and self.cwd is None:
             raise LaunchError("a sandboxed launch needs a work dir (the one folder the run may write): give cwd")
         if self.sandbox and self.nnodes > 1:
@@ -262,6 +269,7 @@ def launch(
                 raise LaunchError(str(e)) from None
         raise
     tree = ProcessTree(proc, env_marker=(rundir.RUN_DIR_ENV, str(run_dir)))
+    watch = FileWatch(run_dir, key, cwd, cfg.watch) if cfg.watch else None
     prev_term = _raise_on_sigterm()
     refreshed = 0.0
     try:
@@ -273,6 +281,8 @@ def launch(
                 tree.refresh()
                 refreshed = time.time()
             snap = monitor.poll()  # after the exit check: the last lines are read even on the final pass
+            if watch is not None:
+                watch.poll()
             if on_progress:
                 on_progress(snap)
             if exit_code is not None:
@@ -305,6 +315,8 @@ def launch(
                 store.stop()
             if exit_code is None:
                 exit_code = proc.poll()  # how the launcher ended when we ended it (None: not known)
+            if watch is not None:  # what the run left there at its end
+                watch.close()
             # After the tree is gone (the channel drains to its end, the work dir is sealed against
             # traps), before _finish reads what the ranks sent.
             summary = iso.close() if iso is not None else None

@@ -8,7 +8,13 @@ checkpoint): when ``path`` names such a folder, it is judged as one, from what a
 Copies in the kit's artifact store are judged from the store service's own log (a process outside
 the ranks, ``grader/evidence/store.py``), never from what a rank says about its uploads: an object
 counts from the moment the service published it, holding the checkpoint its traced source held,
-and files that reached the store's folder any other way fail the check by name."""
+and files that reached the store's folder any other way fail the check by name.
+
+What the trace cannot tell, the parent's watcher can (``grader/evidence/watched.py``): ``path``, when
+it names a file, is watched from outside in the main run, and each version published there (by any
+writer: bytes serialised in memory and written with ``open().write``, a writer process the script
+spawned) is judged from the parent's copy of it, as a traced save is; an object in the store holds
+the watched version whose bytes it received."""
 
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ from grader.evidence.checkpoint import final_checkpoint
 from grader.evidence.fingerprints import FP_RTOL, step_fingerprints
 from grader.evidence.params import strip_wrappers
 from grader.evidence.store import StoreObjects, store_objects
+from grader.evidence.watched import held_at
 from grader.roles import FINGERPRINTS, Role, RunRequest
 from harness.saves import FileOp, FileState, Unit
 
@@ -54,8 +61,10 @@ class Spec(CheckSpec):
 
 
 def runs(spec: Spec, manifest) -> list[RunRequest]:
-    # which step a checkpoint holds is told by parameter fingerprints in the main run
-    return [RunRequest(Role.MAIN, manifest.world_size, env=FINGERPRINTS)]
+    # which step a checkpoint holds is told by parameter fingerprints in the main run; a checkpoint
+    # file is watched from outside there too (a folder is judged from the trace)
+    watch = () if spec.path.endswith("/") else (spec.path,)
+    return [RunRequest(Role.MAIN, manifest.world_size, env=FINGERPRINTS, watch=watch)]
 
 
 class _Holdings:
@@ -74,6 +83,8 @@ class _Holdings:
 
     def _judge(self, op: FileOp) -> tuple[int | None, str]:
         spec = self.spec
+        if op.op == "watched" and op.error:
+            return None, op.error
         if op.fp is None:
             return None, "its contents were not fingerprinted"
         if op.fp_changed:
@@ -120,10 +131,13 @@ class _Target:
     objects of the artifact store."""
 
     def __init__(self, name: str, slack: int, paths: list[str], states: dict[str, FileState],
-                 unit: Unit | None = None):
+                 unit: Unit | None = None, ev: RunEvidence | None = None):
         self.name, self.slack, self.paths, self.states, self.unit = name, slack, paths, states, unit
+        self.ev = ev  # a single file: what it held by the trace, else by the parent's watcher
 
     def held(self, t: float) -> list[tuple[str, FileOp]]:
+        if self.ev is not None:
+            return [(p, op) for p in self.paths if (op := held_at(self.ev, p, t)) is not None]
         if self.unit is not None:
             v = self.unit.held_at(self.states, t)
             return [(self.unit.path, v.merged())] if v is not None else []
@@ -163,10 +177,14 @@ def _targets(spec, ev: RunEvidence, work: Path, store: StoreObjects | None,
             continue
         if t.endswith("/"):
             covered = [p for p in history if p.startswith(full + "/")]
-        else:
-            covered = [p for p in history if p == full]
-        info["files"] = len(covered)
-        out.append(_Target(t, slack, covered, history))
+            info["files"] = len(covered)
+            out.append(_Target(t, slack, covered, history))
+            continue
+        seen = ev.watched.by_path.get(full, []) if ev.watched is not None else []
+        info["files"] = int(full in history or bool(seen))
+        if seen:
+            info["watched_versions"] = sum(o.kind == "version" for o in seen)
+        out.append(_Target(t, slack, [full], history, ev=ev))
     return out, ""
 
 

@@ -1,10 +1,19 @@
-"""step_time_tail: p99 over median of each rank's step times after warm-up (signed step records).
-A stall every k steps (a synchronous checkpoint, an upload) puts the p99 far above the median while
-the median hardly moves; slowing every step down to hide it is caught against the reference."""
+"""step_time_tail: p99 over median of each rank's step times after warm-up. A stall every k steps (a
+synchronous checkpoint, an upload) puts the p99 far above the median while the median hardly moves;
+slowing every step down to hide it is caught against the reference.
+
+Step times are the parent's: the time between the receive times it stamped on consecutive step
+records (``grader.evidence.steptimes``), so a script that resets or slows the in-rank step timer
+hides nothing; the rank's own ``dt`` only where the run had no record channel.
+
+With ``writes_off_loop``, checkpoint-sized writes the training thread made between two steps fail
+too, however short the steps they ran in (``grader.evidence.loop_writes``): a stall whose cause is
+still in the loop is only as small as the disk is fast."""
 
 from __future__ import annotations
 
 import math
+import os
 import statistics
 from typing import Any, Literal
 
@@ -12,6 +21,8 @@ from pydantic import Field
 
 from grader.checks.base import Check, CheckResult, CheckSpec, Context, need
 from grader.evidence import RunEvidence
+from grader.evidence.loop_writes import LoopWrites, loop_writes
+from grader.evidence.steptimes import StepTimes, step_times
 
 
 class Spec(CheckSpec):
@@ -22,6 +33,9 @@ class Spec(CheckSpec):
     # the median step may be at most this many times the reference run's: slowing every step down
     # also hides a stall from the ratio
     max_median_over_reference: float | None = Field(None, gt=1.0)
+    # checkpoint-sized writes on the training thread inside the step loop, at this many steps or
+    # more, fail: the loop still waits for checkpoint I/O, only less of it (0: not checked)
+    writes_off_loop: int = Field(0, ge=0, description="steps with such writes that fail the check; 0: off")
 
 
 def percentile(xs: list[float], q: float) -> float:
@@ -31,35 +45,61 @@ def percentile(xs: list[float], q: float) -> float:
 
 
 def _median_after(ev: RunEvidence, warmup: int) -> float:
-    meds = [statistics.median(o.step_times[warmup:]) for o in ev.ranks.values() if o.step_times[warmup:]]
+    per_rank = [step_times(ev, r).seconds[warmup:] for r in sorted(ev.ranks)]
+    meds = [statistics.median(xs) for xs in per_rank if xs]
     return statistics.median(meds) if meds else 0.0
 
 
-def _steps_list(steps: list[tuple[int, float]], limit: int = 3) -> str:
-    shown = ", ".join(str(s) for s, _ in steps[:limit])
+def _step_numbers(steps: list[int], limit: int = 3) -> str:
+    shown = ", ".join(str(s) for s in steps[:limit])
     more = f" and {len(steps) - limit} more" if len(steps) > limit else ""
-    lo, hi = min(t for _, t in steps), max(t for _, t in steps)
-    took = f"{lo:.2f} s" if math.isclose(lo, hi, rel_tol=0.05) else f"{lo:.2f}-{hi:.2f} s"
-    return f"step{'s' if len(steps) > 1 else ''} {shown}{more} took {took}"
+    return f"step{'s' if len(steps) > 1 else ''} {shown}{more}"
 
 
-def _during_uploads(ev: RunEvidence, rank: int, slow: list[int], evidence: dict[str, Any]) -> str:
+def _seconds(xs: list[float]) -> str:
+    lo, hi = min(xs), max(xs)
+    return f"{lo:.2f} s" if math.isclose(lo, hi, rel_tol=0.05) else f"{lo:.2f}-{hi:.2f} s"
+
+
+def _steps_list(steps: list[tuple[int, float]], limit: int = 3) -> str:
+    return f"{_step_numbers([s for s, _ in steps], limit)} took {_seconds([t for _, t in steps])}"
+
+
+def _spans(ev: RunEvidence, rank: int, times: StepTimes) -> dict[int, tuple[float, float]]:
+    """Each step's (start, end) on the clock its duration was measured with."""
+    last = max((int(e.get("attempt", 0)) for e in ev.events(rank) if e.get("kind") == "step"), default=0)
+    recs = [e for e in ev.events(rank) if e.get("kind") == "step" and int(e.get("attempt", 0)) == last]
+    clock = "rt" if times.source == "parent" else "t"
+    return {s: (float(e[clock]) - d, float(e[clock])) for s, d, e in zip(times.steps, times.seconds, recs)}
+
+
+def _during_uploads(ev: RunEvidence, rank: int, times: StepTimes, slow: list[int],
+                    evidence: dict[str, Any]) -> str:
     """How many slow steps overlapped an upload the artifact store service logged (its own clock,
     outside the ranks), as evidence of what the step loop was waiting for."""
     puts = [(float(p["t0"]), float(p["t1"])) for p in (ev.store.puts if ev.store else [])
             if p.get("status") == "ok" and "t0" in p and "t1" in p]
     if not puts or not slow:
         return ""
-    last = max((int(e.get("attempt", 0)) for e in ev.events(rank) if e.get("kind") == "step"), default=0)
-    spans = {int(e["step"]): (float(e["t"]) - float(e.get("dt", 0)), float(e["t"])) for e in ev.events(rank)
-             if e.get("kind") == "step" and int(e.get("attempt", 0)) == last}
+    spans = _spans(ev, rank, times)
     hit = [s for s in slow if s in spans and any(a < spans[s][1] and b > spans[s][0] for a, b in puts)]
     evidence["slow_steps_during_uploads"] = hit[:50]
     if not hit:
         return ""
-    lo, hi = min(b - a for a, b in puts), max(b - a for a, b in puts)
     return (f"; the artifact store was receiving an upload during {len(hit)} of them (its own log: "
-            f"{lo:.2f}-{hi:.2f} s per upload)")
+            f"{_seconds([b - a for a, b in puts])} per upload)")
+
+
+def _loop_writes_message(w: LoopWrites) -> str:
+    ops = {"save": "torch.save", "copy": "a file copy", "write": "a DCP write", "upload": "an upload"}
+    kinds = sorted({ops.get(o.op, o.op) for o in w.writes})
+    names = sorted({os.path.basename(o.path or "?") for o in w.writes})
+    mib = max((o.bytes or 0) for o in w.writes) / 2**20
+    return (f"rank {w.rank} wrote checkpoints on the training thread inside the step loop, in "
+            f"{_step_numbers(w.steps)} ({' and '.join(kinds)} of "
+            f"{', '.join(names[:3])}{' ...' if len(names) > 3 else ''}, up to {mib:.1f} MiB, "
+            f"{_seconds([float(o.dur or 0) for o in w.writes])} each: {w.share:.0%} of the {w.step_s:.2f} s those steps took): every step it ran in waited for "
+            "checkpoint I/O, however fast the disk was this time")
 
 
 def judge(spec: Spec, ctx: Context) -> CheckResult:
@@ -71,16 +111,18 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     evidence: dict[str, Any] = {"max_p99_over_median": bound, "warmup_steps": spec.warmup_steps, "ranks": {}}
     worst: tuple[float, int] | None = None
     slow_by_rank: dict[int, list[tuple[int, float]]] = {}
+    measured = {r: step_times(ev, r) for r in sorted(ev.ranks)}
+    evidence["clock"] = "parent" if all(m.source == "parent" for m in measured.values()) else "rank"
     for r in sorted(ev.ranks):
-        times = ev.ranks[r].step_times[spec.warmup_steps:]
+        times = measured[r].seconds[spec.warmup_steps:]
+        numbers = measured[r].steps[spec.warmup_steps:]
         if len(times) < spec.min_steps:
             evidence["ranks"][r] = {"steps": len(times)}
             return CheckResult(name, False, f"rank {r} made {len(times)} steps after the {spec.warmup_steps} "
                                f"warm-up steps; a p99 needs at least {spec.min_steps}", evidence)
         med, p99 = statistics.median(times), percentile(times, 99)
         ratio = p99 / med if med > 0 else math.inf
-        # the step record's dt ends at this step: index i after warm-up is step warmup + i + 1
-        slow = [(spec.warmup_steps + i + 1, t) for i, t in enumerate(times) if t > bound * med]
+        slow = [(n, t) for n, t in zip(numbers, times) if t > bound * med]
         slow_by_rank[r] = slow
         evidence["ranks"][r] = {"steps": len(times), "p50_s": round(med, 4), "p99_s": round(p99, 4),
                                 "max_s": round(max(times), 4), "p99_over_median": round(ratio, 2),
@@ -93,10 +135,17 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     if ratio > bound:
         slow = slow_by_rank[r]
         what = f": {_steps_list(slow)} against a median of {info['p50_s']:.3f} s" if slow else ""
-        what += _during_uploads(ev, r, [s for s, _ in slow], evidence)
+        what += _during_uploads(ev, r, measured[r], [s for s, _ in slow], evidence)
         return CheckResult(name, False, f"rank {r}'s p99 step time is {ratio:.1f}x its median (p50 "
                            f"{info['p50_s']:.3f} s, p99 {info['p99_s']:.3f} s, max {info['max_s']:.3f} s; "
                            f"bound {bound:g}x){what}", evidence)
+    if spec.writes_off_loop:
+        found = [w for w in (loop_writes(ev, r, measured[r]) for r in sorted(ev.ranks)) if w.steps]
+        evidence["loop_writes"] = {w.rank: {"steps": w.steps[:50], "write_s": round(w.write_s, 3),
+                                            "step_s": round(w.step_s, 3)} for w in found}
+        worst_w = max(found, key=lambda w: len(w.steps), default=None)
+        if worst_w is not None and len(worst_w.steps) >= spec.writes_off_loop:
+            return CheckResult(name, False, _loop_writes_message(worst_w), evidence)
     if spec.max_median_over_reference:
         ref = need(ctx, name, "reference")
         if isinstance(ref, CheckResult):

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.evidence.store import StoreLog, read_store
+from grader.evidence.watched import Watched, read_watched
 from harness import rundir, saves
 from harness.isolation import PROC_SAMPLES
 from harness.observe import RankObservation, observe_rank
@@ -120,6 +121,11 @@ class RunEvidence:
         """The artifact store service's own log of this run (None: the run had no store)."""
         return read_store(self.run_dir, self.key)
 
+    @cached_property
+    def watched(self) -> Watched | None:
+        """What the parent saw published at the watched paths, from outside (None: nothing watched)."""
+        return read_watched(self.run_dir, self.key, self.run_dir / "work")
+
     def samples(self, rank: int, dataset: str, attempt: int | None = None) -> list[int]:
         return [r["i"] for r in self.ledgers.get(rank, [])
                 if r.get("ds") == dataset and (attempt is None or r.get("a") == attempt)]
@@ -178,6 +184,9 @@ def load_run(role: str, run_dir: Path, sealed: bool = False) -> RunEvidence:
     log = read_store(run_dir, key)
     if log is not None:
         forged += log.forged
+    seen = read_watched(run_dir, key, run_dir / "work")
+    if seen is not None:
+        forged += seen.forged
     return RunEvidence(role=role, run_dir=run_dir, run=run, ranks=ranks, ledgers=ledgers, forged=forged)
 
 

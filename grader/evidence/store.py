@@ -126,7 +126,23 @@ def store_objects(ev) -> StoreObjects | None:
 
 
 def _content(ev, put: dict[str, Any], client: FileOp | None) -> tuple[FileOp | None, str]:
-    """The traced write whose bytes this upload carried, or why that cannot be told."""
+    """The traced write whose bytes this upload carried, or why that cannot be told. Where the trace
+    cannot tell (no traced upload sent it: a writer process the bootstrap never ran in; or its source
+    held bytes the trace never saw written), a version of a watched file with the very bytes the
+    store received, seen by the parent before the store published them (``grader/evidence/watched.py``)."""
+    held, why = _traced(ev, put, client)
+    if held is None and why.startswith(_UNTOLD):
+        seen = ev.watched.by_digest(str(put.get("sha256")), float(put["t1"])) if ev.watched and put.get("sha256") \
+            else None
+        if seen is not None:
+            return ev.watched.op(ev, seen), ""
+    return held, why
+
+
+_UNTOLD = ("no ArtifactStore.upload traced", "its source ")
+
+
+def _traced(ev, put: dict[str, Any], client: FileOp | None) -> tuple[FileOp | None, str]:
     if client is None:
         return None, "no ArtifactStore.upload traced in a rank sent it (a request made around the kit's client)"
     t0, t1 = float(put["t0"]), float(put["t1"])
@@ -140,7 +156,7 @@ def _content(ev, put: dict[str, Any], client: FileOp | None) -> tuple[FileOp | N
         return None, "its upload names no source file"
     st = ev.file_history.get(client.src) or ev.file_history.get(os.path.realpath(client.src))
     held = st.held_at(client.t_begin) if st else None
-    if held is None:
+    if held is None or (held.fp is None and held.op != "save"):
         return None, f"its source {Path(client.src).name} held no complete, traced checkpoint when it was sent"
     if held.bytes is not None and int(held.bytes) != int(put.get("bytes") or 0):
         return None, (f"the store received {put.get('bytes')} bytes, but {Path(client.src).name} held "

@@ -25,6 +25,7 @@ class RunDirBuilder:
         self.records: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
         self.final: dict[int, tuple[dict[str, torch.Tensor], dict[str, Any]]] = {}
         self.store_records: list[dict[str, Any]] = []  # the artifact store service's own log
+        self.watch_records: list[dict[str, Any]] = []  # the parent's watcher of published files
 
     @property
     def work(self) -> Path:
@@ -46,6 +47,21 @@ class RunDirBuilder:
     def store(self, **record: Any) -> RunDirBuilder:
         """A record of the artifact store service's log (store.jsonl, in the run dir itself)."""
         self.store_records.append(record)
+        return self
+
+    def watched(self, obj: Any = None, raw: bytes | None = None, **record: Any) -> RunDirBuilder:
+        """A record of the parent's file watcher (watch.jsonl); with ``obj`` (torch.save'd) or ``raw``
+        the version's kept copy, whose size and sha256 the record carries."""
+        if obj is not None or raw is not None:
+            from harness.filewatch import KEPT_DIR
+
+            name = f"{len(self.watch_records) + 1:06d}.bin"
+            p = self.root / KEPT_DIR / name
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(raw) if raw is not None else torch.save(obj, p)
+            record = {"kind": "version", "kept": name, "bytes": p.stat().st_size,
+                      "sha256": rundir.sha256_file(p), **record}
+        self.watch_records.append(record)
         return self
 
     def exit(self, rank: int, params: dict[str, torch.Tensor] | None = None, attempt: int = 0, t: float = 0.0,
@@ -93,5 +109,13 @@ class RunDirBuilder:
                 w.write(rec)
             w.close()
             self.store_records = []
+        if self.watch_records:
+            from harness.filewatch import LOG
+
+            w = rundir.RecordWriter(self.root / LOG, KEY)
+            for rec in self.watch_records:
+                w.write(rec)
+            w.close()
+            self.watch_records = []
         rundir.atomic_write_json(self.root / "run.json", self.run_json)
         return self.root

@@ -51,3 +51,13 @@ def test_the_plan_is_the_union_of_what_the_checks_declare(slug, runs, reference)
 def test_a_run_two_checks_ask_for_keeps_the_first_launch_and_merges_the_environment():
     ex = next(e for e in discover()[0] if e.slug == "periodic-stall")
     assert dict(plan(ex.manifest).runs["main"].env) == {"TRAINWRECK_FINGERPRINT": "1"}
+
+
+@pytest.mark.parametrize("slug, watched", [
+    ("periodic-stall", ("out/ckpt.pt",)),  # checkpoint_fresh's file, watched from outside in the main run
+    ("memory-leak", ()),
+])
+def test_the_main_run_watches_the_files_the_checks_ask_for(slug, watched):
+    ex = next(e for e in discover()[0] if e.slug == slug)
+    main = plan(ex.manifest).runs["main"]
+    assert main.watch == watched and main.launch_settings()["watch"] == list(watched)

@@ -29,11 +29,14 @@ def weights(step: int) -> torch.Tensor:
 def make_stall_run(root: Path, dts: list[float] | None = None, saves: list[dict[str, Any]] | None = None,
                    final_ckpt: dict[str, Any] | None = None, fingerprints: bool = True,
                    events: list[dict[str, Any]] | None = None, store: list[dict[str, Any]] | None = None,
-                   final_files: dict[str, Any] | None = None) -> Path:
-    """A finished 2-rank run: step s of rank r ends at sum(dts[:s]); ``saves`` are rank 0's traced
+                   final_files: dict[str, Any] | None = None, rts: list[float] | None = None,
+                   watched: list[dict[str, Any]] | None = None) -> Path:
+    """A finished 2-rank run: step s of rank r ends at sum(dts[:s]), and (``rts``) the parent
+    received its record that long after the start; ``saves`` are rank 0's traced
     file operations ({op, path, src, begin, end, step, held, ...} with times in seconds and paths
     relative to the working dir); ``final_ckpt`` is what the script left at out/ckpt.pt; ``store`` the
-    artifact store service's records (paths relative to the working dir)."""
+    artifact store service's records (paths relative to the working dir); ``watched`` the parent's
+    watcher's records ({kind, path, t, since, in_place, obj or raw})."""
     dts = dts or [DT] * STEPS
     b = RunDirBuilder(root)
     work = root / "work"
@@ -45,6 +48,8 @@ def make_stall_run(root: Path, dts: list[float] | None = None, saves: list[dict[
         for s, dt in enumerate(dts, start=1):
             t += dt
             rec = {"kind": "step", "attempt": 0, "t": t, "step": s, "dt": dt, "rss_mb": 100.0, "lr": [0.1]}
+            if rts is not None:
+                rec["rt"] = rts[s - 1]
             if fingerprints:
                 rec["fp"] = fp(s)
             b.event(r, **rec)
@@ -72,6 +77,8 @@ def make_stall_run(root: Path, dts: list[float] | None = None, saves: list[dict[
                         end[f] = o[f]
                 end.update(o.get("end_extra", {}))
                 b.save_record(r, **end)
+    for rec in watched or []:
+        b.watched(**rec)
     for rec in store or []:
         b.store(**{**rec, **{k: str(work / rec[k]) for k in ("root", "path") if k in rec}})
     if final_ckpt is not None:
