@@ -160,19 +160,24 @@ def channel_cost() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         srv = ChannelServer(Path(tmp) / "run", "k" * 32, lambda pid: Peer(pid)).start()
+        # This process poses as a sandboxed rank only while it measures: left set, the variable
+        # would send the records of every later unsandboxed launch here (part 2 runs after this).
         os.environ[channel.CHANNEL_ENV] = str(srv.path)
-        w = channel.RecordWriter(rundir.EVENTS)
-        n = 50_000
-        t = time.perf_counter()
-        for i in range(n):
-            w.write({"kind": "step", "attempt": 0, "step": i, "dt": 0.01, "rss_mb": 300.0, "lr": [0.1]})
-        channel._sender.close()
-        s = channel.connect("bytes", rundir.STDOUT)
-        blob = b"z" * (1 << 20)
-        t_log = time.perf_counter()
-        for _ in range(256):
-            s.sendall(blob)
-        s.close()
+        try:
+            w = channel.RecordWriter(rundir.EVENTS)
+            n = 50_000
+            t = time.perf_counter()
+            for i in range(n):
+                w.write({"kind": "step", "attempt": 0, "step": i, "dt": 0.01, "rss_mb": 300.0, "lr": [0.1]})
+            channel._sender.close()
+            s = channel.connect("bytes", rundir.STDOUT)
+            blob = b"z" * (1 << 20)
+            t_log = time.perf_counter()
+            for _ in range(256):
+                s.sendall(blob)
+            s.close()
+        finally:
+            del os.environ[channel.CHANNEL_ENV]
         srv.stop(drain_s=60)
         t_end = time.perf_counter()
         assert len(rundir.read_records(Path(tmp) / "run" / "ranks" / "0" / rundir.EVENTS, "k" * 32).valid) == n

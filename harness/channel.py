@@ -97,29 +97,37 @@ class _Sender:
         self._retry_at = 0.0
 
     def send(self, stream: str, record: dict[str, Any]) -> bool:
-        line = json.dumps({"s": stream, "r": record}, separators=(",", ":")).encode() + b"\n"
+        return self.send_many(stream, [record])
+
+    def send_many(self, stream: str, records: list[dict[str, Any]]) -> bool:
+        """Send ``records`` in order with one ``sendall``. On failure every one of them counts as
+        dropped: the parent may have part of the batch, never a record it did not get whole."""
+        if not records:
+            return True
+        data = b"".join(json.dumps({"s": stream, "r": r}, separators=(",", ":")).encode() + b"\n"
+                        for r in records)
         if os.getpid() != self._pid:
             self._after_fork()
         with self._lock:
             if self._sock is None:
                 if time.monotonic() < self._retry_at:
-                    self.dropped += 1
+                    self.dropped += len(records)
                     return False
                 try:
                     self._sock = connect("records", dropped=self.dropped)
                     self.dropped = 0
                 except OSError:
                     self._retry_at = time.monotonic() + RETRY_AFTER_S
-                    self.dropped += 1
+                    self.dropped += len(records)
                     return False
             try:
-                self._sock.sendall(line)
+                self._sock.sendall(data)
                 return True
             except OSError:  # timed out (the parent is stuck) or refused: part of a line may be gone
                 self._sock.close()
                 self._sock = None
                 self._retry_at = time.monotonic() + RETRY_AFTER_S
-                self.dropped += 1
+                self.dropped += len(records)
                 return False
 
     def close(self) -> None:
@@ -144,6 +152,10 @@ class RecordWriter:
 
     def write(self, record: dict[str, Any]) -> None:
         _sender.send(self.stream, record)
+
+    def write_many(self, records: list[dict[str, Any]]) -> None:
+        """Send ``records`` in order, many lines in one write (the buffered collective trace)."""
+        _sender.send_many(self.stream, records)
 
     def close(self) -> None:
         """The connection is the process's, shared by every writer; it closes at exit."""

@@ -20,14 +20,21 @@ optimizer step and at the rank's exit), so an ``exit`` can be later than the com
 earlier. A collective with an ``enter`` and no ``exit`` was pending: issued, and not seen complete.
 On NCCL, ``wait()`` returns once the stream waits for the work, so there ``exit`` means that (not
 tried here: no GPU machine).
+
+Records are buffered in the rank and leave in batches (``Tracer.flush``): at each optimizer step,
+every ``FLUSH_S`` (0.1 s) from a thread, and at exit; a record's ``t`` is still when it happened.
+A rank killed with SIGKILL loses at most its last ``FLUSH_S`` of records (the harness's own fault
+injection flushes before it kills).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -68,11 +75,37 @@ def is_library(fn: str) -> bool:
             or ("/lib/python3" in fn and "site-packages" not in fn))
 
 
+def _classify(code) -> tuple[bool, str | None, tuple[str, ...]]:
+    """(outside the libraries, the torch.distributed api this code is, which parts of torch it is in)
+    for one code object, from its file and function name alone."""
+    fn, name = code.co_filename, code.co_name
+    api = None
+    if fn == _C10D and not name.startswith("_") and name != "wrapper":
+        api = name
+    elif fn == _FUNCOL and not name.startswith("_"):
+        api = f"funcol.{name}"
+    return not is_library(fn), api, tuple(label for frag, label in _BY if frag in fn)
+
+
+# Code object -> _classify(code): every frame between a collective and the script is classified
+# once per process, not at every collective (the walk is most of an ``enter`` record's cost). The
+# keys keep those code objects alive: the functions of torch and of the script that issue
+# collectives, a few hundred at most.
+_CODES: dict[Any, tuple[bool, str | None, tuple[str, ...]]] = {}
+
+
+def _code_info(code) -> tuple[bool, str | None, tuple[str, ...]]:
+    info = _CODES.get(code)
+    if info is None:
+        info = _CODES[code] = _classify(code)
+    return info
+
+
 def user_site(frame) -> str | None:
     """``file:line`` of the innermost frame outside torch, the harness and the stdlib."""
     f = frame
     while f is not None:
-        if not is_library(f.f_code.co_filename):
+        if _code_info(f.f_code)[0]:
             return f"{f.f_code.co_filename}:{f.f_lineno}"
         f = f.f_back
     return None
@@ -85,16 +118,15 @@ def _caller(frame) -> tuple[str | None, str | None, str | None]:
     api, site, seen = None, None, set()
     f = frame
     while f is not None:
-        fn = f.f_code.co_filename
-        if not is_library(fn):
-            site = f"{fn}:{f.f_lineno}"
+        code = f.f_code
+        user, code_api, labels = _code_info(code)
+        if user:
+            site = f"{code.co_filename}:{f.f_lineno}"
             break
-        name = f.f_code.co_name
-        if fn == _C10D and not name.startswith("_") and name != "wrapper":
-            api = name  # keep walking: the outermost public one (all_gather_object over all_gather)
-        elif fn == _FUNCOL and not name.startswith("_"):
-            api = f"funcol.{name}"
-        seen.update(label for frag, label in _BY if frag in fn)
+        if code_api is not None:
+            api = code_api  # keep walking: the outermost public one (all_gather_object over all_gather)
+        if labels:
+            seen.update(labels)
         f = f.f_back
     by = next((label for _, label in _BY if label in seen), None)
     if by == "backward" and api is not None:  # a Python hook's own call: the api says it all
@@ -124,25 +156,44 @@ def _bytes(args) -> int:
     return n
 
 
+_DTYPES: dict[Any, str] = {}  # torch.dtype -> its name without "torch."
+
+
+def _dtype_name(dtype) -> str:
+    name = _DTYPES.get(dtype)
+    if name is None:
+        name = _DTYPES[dtype] = str(dtype).replace("torch.", "")
+    return name
+
+
 def _describe(args) -> tuple[list, str | None]:
     shapes, dtype = [], None
     for a in args:
         if isinstance(a, torch.Tensor):
             shapes.append(list(a.shape))
-            dtype = dtype or str(a.dtype).replace("torch.", "")
+            dtype = dtype or _dtype_name(a.dtype)
         elif isinstance(a, (list, tuple)) and a:
             flat = [t for x in a[:4] for t in (x if isinstance(x, (list, tuple)) else [x])]
             ts = [t for t in flat if isinstance(t, torch.Tensor)]
             if ts:
                 shapes.append([list(t.shape) for t in ts[:4]])
-                dtype = dtype or str(ts[0].dtype).replace("torch.", "")
+                dtype = dtype or _dtype_name(ts[0].dtype)
         if len(shapes) >= 2:
             break
     return shapes, dtype
 
 
+FLUSH_S = 0.1  # the longest a record waits in the buffer while the rank lives
+
+
 class Tracer:
-    """Writes one rank's collective records; thread-safe (futures complete on backend threads)."""
+    """Writes one rank's collective records; thread-safe (futures complete on backend threads).
+
+    Records are buffered in memory and leave in batches (``flush``: one ``write_many``, so one
+    system call, instead of one per record): at every optimizer step, every ``FLUSH_S`` from a
+    daemon thread (so a rank blocked in a collective has its pending ``enter`` records out within
+    ``FLUSH_S``, for the watchdog's hang report), and at exit. Their order is kept: the buffer
+    takes them in the order they happen, and batches leave one at a time, oldest first."""
 
     def __init__(self, writer: rundir.RecordWriter, attempt: int, step: Callable[[], int]):
         self._w = writer
@@ -155,10 +206,62 @@ class Tracer:
         self.plain_wait = dist.Work.wait  # torch's own, before install() wraps it
         # Called around issuing an operator and around Work.wait (the --profile "sync" phase).
         self.listeners: list[tuple[Callable[[], None], Callable[[], None]]] = []
+        self._buf: list[dict[str, Any]] = []
+        self._buf_lock = threading.Lock()  # taking a record into the buffer
+        self._flush_lock = threading.Lock()  # one batch leaves at a time, in order
+        self._flusher: threading.Thread | None = None
+        self._pid = os.getpid()
+        if hasattr(os, "register_at_fork"):  # a forked child (a DataLoader worker) starts empty
+            me = weakref.ref(self)
+            os.register_at_fork(after_in_child=lambda: (t := me()) is not None and t._after_fork())
 
     # -- records ---------------------------------------------------------------------------
     def _write(self, rec: dict[str, Any]) -> None:
-        self._w.write({"a": self._attempt, **rec, "t": time.time()})
+        rec = {"a": self._attempt, **rec, "t": time.time()}
+        with self._buf_lock:
+            self._buf.append(rec)
+        if self._flusher is None:
+            self._start_flusher()
+
+    def flush(self) -> None:
+        """Send what the buffer holds, in one write."""
+        with self._flush_lock:
+            with self._buf_lock:
+                batch, self._buf = self._buf, []
+            if batch:
+                self._w.write_many(batch)
+
+    def _start_flusher(self) -> None:
+        with self._buf_lock:
+            if self._flusher is not None:
+                return
+            self._flusher = threading.Thread(target=self._flush_every, args=(weakref.ref(self),),
+                                             name="trainwreck-trace", daemon=True)
+        self._flusher.start()
+
+    @staticmethod
+    def _flush_every(ref: weakref.ref) -> None:
+        """The flusher thread's loop (holds the tracer weakly: a test's tracer can go)."""
+        pid = os.getpid()
+        while True:
+            time.sleep(FLUSH_S)
+            tracer = ref()
+            if tracer is None or tracer._pid != pid or tracer._flusher is not threading.current_thread():
+                return
+            try:
+                tracer.flush()
+            except Exception:  # a closed writer at interpreter exit: nothing left to send to
+                return
+            del tracer
+
+    def _after_fork(self) -> None:
+        """In a forked child: the parent's buffered records are the parent's to send, its locks may
+        have been held by a thread that does not exist here, and the flusher thread is gone."""
+        self._buf = []
+        self._buf_lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._flusher = None
+        self._pid = os.getpid()
 
     def issue(self, op: str, args: tuple, kwargs: dict, async_op: bool | None, name: str = "") -> int:
         self.sweep()
@@ -218,16 +321,17 @@ class Tracer:
     def settle(self, grace_s: float = 1.0) -> None:
         """At the rank's exit: a work whose future has completed may not say so for a few more
         microseconds (gloo marks the future first), so look again for a moment before leaving
-        anything pending."""
+        anything pending; then send what is buffered."""
         deadline = time.monotonic() + grace_s
         while True:
             self.sweep()
             with self._lock:
                 if not self._pending:
-                    return
+                    break
             if time.monotonic() > deadline:
-                return
+                break
             time.sleep(0.01)
+        self.flush()
 
     def sweep(self) -> None:
         """Record the completion of works nobody waited on from Python (DDP's, the functional
@@ -288,6 +392,7 @@ def _kernel(tracer: Tracer, name: str, opov):
 def install(writer: rundir.RecordWriter, attempt: int, step: Callable[[], int]) -> Tracer:
     global _lib
     tracer = Tracer(writer, attempt, step)
+    atexit.register(tracer.flush)  # a script that leaves by sys.exit in a thread, or after settle()
     _lib = torch.library.Library("c10d", "IMPL")
     for name in OPS:
         packet = getattr(torch.ops.c10d, name, None)

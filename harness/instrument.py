@@ -88,7 +88,7 @@ class Recorder:
         self._opts: dict[int, tuple[weakref.ref, list[torch.Tensor], int]] = {}
         self._names: dict[int, str] = {}  # id(param) -> name, found while the model is alive
         self._last_t = time.time()
-        self._proc = psutil.Process()
+        self._rss = _RssReader()
         self._seq = 0
         self._tls = threading.local()
         self._lock = threading.Lock()
@@ -156,7 +156,7 @@ class Recorder:
         rec: dict[str, Any] = {
             "step": self.step,
             "dt": now - self._last_t,
-            "rss_mb": self._proc.memory_info().rss / 2**20,
+            "rss_mb": self._rss.mb(),
         }
         if optimizer is not None:
             rec["lr"] = [float(g.get("lr", 0.0)) for g in optimizer.param_groups]
@@ -190,6 +190,7 @@ class Recorder:
         self.event("step", **rec)
         if self.tracer is not None:
             self.tracer.sweep()
+            self.tracer.flush()  # this step's collectives leave in one write
 
     # -- loss ------------------------------------------------------------------------------
     def on_backward(self, roots) -> None:
@@ -283,6 +284,46 @@ class Recorder:
             return fingerprint(opt) if opt is not None else fingerprint_params(params)
         except Exception:
             return None
+
+
+class _RssReader:
+    """This process's resident set size, read at every optimizer step. psutil opens, reads and
+    closes ``/proc/<pid>/statm`` per call; here the file stays open and one ``pread`` reads it (the
+    same numbers: resident pages times the page size). Where there is no ``/proc``, or it cannot be
+    read, psutil's reading."""
+
+    def __init__(self, path: str = "/proc/self/statm"):
+        self._path = path
+        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        self._fd: int | None = None
+        self._pid = -1
+        self._proc: psutil.Process | None = None
+
+    def _open(self) -> int | None:
+        """``/proc/self`` names the process that opens it: a forked child opens its own."""
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None
+        self._pid = os.getpid()
+        try:
+            self._fd = os.open(self._path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            self._fd = None
+        return self._fd
+
+    def mb(self) -> float:
+        fd = self._fd if self._pid == os.getpid() else self._open()
+        if fd is not None and self._proc is None:
+            try:
+                return int(os.pread(fd, 256, 0).split()[1]) * self._page / 2**20
+            except (OSError, ValueError, IndexError):  # unreadable or not statm: psutil from now on
+                pass
+        if self._proc is None or self._proc.pid != os.getpid():
+            self._proc = psutil.Process()
+        return self._proc.memory_info().rss / 2**20
 
 
 def _replicated_local(t: torch.Tensor) -> torch.Tensor | None:
@@ -490,6 +531,7 @@ def _install_faults(rec: Recorder, faults: list[dict[str, Any]]) -> None:
             orig_on_step(optimizer, skipped)
             if rec.step in at_step:
                 rec.event("fault", what="sigkill", step=rec.step)
+                _flush_trace(rec)
                 os.kill(os.getpid(), signal.SIGKILL)
 
         rec.on_step = on_step
@@ -512,12 +554,23 @@ def _install_faults(rec: Recorder, faults: list[dict[str, Any]]) -> None:
             out.flush()
             os.fsync(out.fileno())
             rec.event("fault", what="sigkill_during_save", step=rec.step, path=path)
+            _flush_trace(rec)
             os.kill(os.getpid(), signal.SIGKILL)
 
         torch.save = torn_save
+
+        def dcp_torn(path: str) -> None:
+            rec.event("fault", what="sigkill_during_save", step=rec.step, path=path)
+            _flush_trace(rec)
+
         # the same for the files torch.distributed.checkpoint writes (harness.saves traces them)
-        saves.arm_tear(min(at_save), lambda: rec.step, lambda path: rec.event(
-            "fault", what="sigkill_during_save", step=rec.step, path=path))
+        saves.arm_tear(min(at_save), lambda: rec.step, dcp_torn)
+
+
+def _flush_trace(rec: Recorder) -> None:
+    """Before a SIGKILL the harness itself sends: the buffered collective records go first."""
+    if rec.tracer is not None:
+        rec.tracer.flush()
 
 
 def describe_exception(exc: BaseException) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 import psutil
 
 from harness import defaults, rundir, sandbox, store_service
+from harness.channel import CHANNEL_ENV
 from harness.errors import LaunchError
 from harness.failure import find_failure, launcher_exit_codes
 from harness.filewatch import FileWatch
@@ -195,6 +196,9 @@ def build_env(cfg: LaunchConfig, run_dir: Path, key: str, device: str) -> dict[s
     if not cfg.sandbox:  # sandboxed, the parent signs what arrives over the channel: no rank holds the key
         env[rundir.KEY_ENV] = key
     env.pop(rundir.PG_TIMEOUT_ENV, None)
+    # Whether ranks send over a channel is the launch's to say (the sandbox sets its own): one left
+    # in the caller's environment would send an unsandboxed run's records to a server that is gone.
+    env.pop(CHANNEL_ENV, None)
     if cfg.pg_timeout is not None:
         env[rundir.PG_TIMEOUT_ENV] = str(cfg.pg_timeout)
     env["TRAINWRECK_FAULTS"] = json.dumps([asdict(f) for f in cfg.faults])

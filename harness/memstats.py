@@ -86,28 +86,50 @@ class MemStats:
         return out
 
 
+# Per type: 1 for tensors, 2 for autograd graph nodes, 0 for anything else. ``isinstance`` against
+# ``torch.Tensor`` (a metaclass check) and against ``Node`` (an ABC) took most of a count's time,
+# about 0.2 and 0.4 us per object; a type's answer never changes, so each type is asked once.
+# A subclass of either counts as it would under ``isinstance``; an object that only claims to be a
+# tensor (its ``__class__`` says so, its type does not) holds no tensor memory and is not counted.
+_KIND: dict[type, int] = {}
+
+
+def _kind(tp: type) -> int:
+    k = _KIND.get(tp)
+    if k is None:
+        with warnings.catch_warnings():  # issubclass() on deprecated torch proxies warns
+            warnings.simplefilter("ignore")
+            try:
+                k = 1 if issubclass(tp, torch.Tensor) else 2 if issubclass(tp, torch.autograd.graph.Node) else 0
+            except Exception:  # a type whose subclass check fails is neither
+                k = 0
+        _KIND[tp] = k
+    return k
+
+
 def count() -> tuple[int, int]:
     """(live tensors, autograd nodes reachable from them) among the objects the collector tracks
     outside its permanent generation."""
-    T = torch.Tensor
-    Node = torch.autograd.graph.Node
+    kinds = _KIND
     tensors = 0
     seen: dict[int, Any] = {}  # id -> node, kept alive while walking so ids stay unique
     stack: list[Any] = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        objs = gc.get_objects()
-        for o in objs:
-            if isinstance(o, T):
-                tensors += 1
-                try:
-                    fn = o.grad_fn
-                except Exception:
-                    fn = None
-                if fn is not None:
-                    stack.append(fn)
-            elif isinstance(o, Node):
-                stack.append(o)
+    objs = gc.get_objects()
+    for o in objs:
+        tp = type(o)
+        k = kinds.get(tp)
+        if k is None:
+            k = _kind(tp)
+        if k == 1:
+            tensors += 1
+            try:
+                fn = o.grad_fn
+            except Exception:
+                fn = None
+            if fn is not None:
+                stack.append(fn)
+        elif k == 2:
+            stack.append(o)
     del objs
     while stack:
         n = stack.pop()

@@ -240,6 +240,42 @@ def test_records_dropped_while_the_parent_was_away_are_reported(server, tmp_path
     assert [r["kind"] for r in stored(tmp_path).valid] == ["step"]
 
 
+def test_write_many_sends_a_batch_in_one_write_and_the_parent_signs_each_record(server, tmp_path):
+    srv = server()
+    w = channel.RecordWriter(rundir.COLLECTIVES)
+    w.write({"a": 0, "seq": 0, "ph": "enter"})  # opens the connection
+    sent: list[bytes] = []
+    real = channel._sender._sock
+    channel._sender._sock = _Spy(real.sendall, sent)
+    w.write_many([{"a": 0, "seq": i, "ph": "exit"} for i in range(1, 4)])
+    channel._sender._sock = real
+    assert len(sent) == 1 and sent[0].count(b"\n") == 3
+    settle(srv)
+    recs = stored(tmp_path, rundir.COLLECTIVES)
+    assert [r["seq"] for r in recs.valid] == [0, 1, 2, 3] and recs.forged == 0
+    assert all("rt" in r for r in recs.valid)
+
+
+class _Spy:
+    """A socket's sendall, counted."""
+
+    def __init__(self, sendall, sent):
+        self._sendall, self._sent = sendall, sent
+
+    def sendall(self, data):
+        self._sent.append(data)
+        return self._sendall(data)
+
+
+def test_a_batch_that_cannot_be_sent_counts_every_record_dropped(tmp_path, monkeypatch):
+    monkeypatch.setattr(channel, "RETRY_AFTER_S", 60.0)
+    monkeypatch.setenv(channel.CHANNEL_ENV, str(tmp_path / "nobody-listens"))
+    w = channel.RecordWriter(rundir.COLLECTIVES)
+    w.write_many([{"a": 0, "seq": i} for i in range(4)])  # the connect fails
+    w.write_many([{"a": 0, "seq": i} for i in range(4, 7)])  # within the retry pause
+    assert channel.dropped() == 7
+
+
 def test_a_forked_child_opens_its_own_connection(server, tmp_path):
     """A DataLoader worker is a fork: its records must not interleave with its parent's bytes."""
     srv = server()

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness import channel_server, rundir, sandbox
+from harness.channel import CHANNEL_ENV
 from harness.errors import LaunchError
 from harness.launch import Fault, LaunchConfig, build_env, launch
 from harness.limits import Limits
@@ -49,6 +50,13 @@ def test_the_key_is_never_in_a_sandboxed_ranks_environment(tmp_path):
     assert rundir.KEY_ENV not in build_env(cfg, tmp_path, "k" * 32, "cpu")
     cfg.sandbox = False
     assert build_env(cfg, tmp_path, "k" * 32, "cpu")[rundir.KEY_ENV] == "k" * 32
+
+
+@pytest.mark.parametrize("sandboxed", [True, False])
+def test_a_channel_left_in_the_callers_environment_never_reaches_a_rank(tmp_path, monkeypatch, sandboxed):
+    monkeypatch.setenv(CHANNEL_ENV, "/tmp/tw-chan-gone/sock")
+    cfg = LaunchConfig(script=FIXTURES / "ddp_ok.py", sandbox=sandboxed, cwd=tmp_path)
+    assert CHANNEL_ENV not in build_env(cfg, tmp_path, "k" * 32, "cpu")
 
 
 def test_a_stale_channel_folder_of_a_dead_grader_is_removed(tmp_path):

@@ -39,3 +39,30 @@ def test_kept_graphs_grow_the_counts(stats):
     assert later["live_tensors"] >= first["live_tensors"] + 10
     assert later["graph_nodes"] >= first["graph_nodes"] + 10
     del kept
+
+
+class _Double(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+
+@pytest.mark.parametrize("make, tensors, nodes", [
+    (lambda: torch.nn.Parameter(torch.ones(2)), 1, 0),  # a subclass of Tensor
+    (lambda: _Double.apply(torch.ones(2, requires_grad=True)), 2, 2),  # a custom Function's node, and its leaf's
+    (lambda: (torch.ones(2, requires_grad=True) * 3).grad_fn, 1, 2),  # a node: its leaf lives on in the graph
+    # claims to be one through __class__: isinstance would say yes; it holds no tensor memory
+    (lambda: type("NotATensor", (), {"__class__": torch.Tensor})(), 0, 0),
+])
+def test_counts_by_type_are_what_isinstance_counts(stats, make, tensors, nodes):
+    """Counts classify each object by its type, once per type: subclasses count as isinstance says."""
+    stats.on_step(1)  # frozen: only what is made below is seen
+    base = memstats.count()
+    held = [make() for _ in range(3)]
+    got = memstats.count()
+    assert (got[0] - base[0], got[1] - base[1]) == (3 * tensors, 3 * nodes)
+    del held

@@ -1,0 +1,57 @@
+"""The recorder's per-step readings, in this process (what a launched job records: test_launch)."""
+
+from __future__ import annotations
+
+import os
+
+import psutil
+import pytest
+
+from harness.instrument import _RssReader
+
+
+def psutil_mb() -> float:
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def close_to_psutil(mb: float) -> bool:
+    """Within what this process may allocate between two readings."""
+    return abs(mb - psutil_mb()) < 8
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="no /proc on this system")
+def test_rss_is_read_from_one_open_statm():
+    r = _RssReader()
+    assert close_to_psutil(r.mb())
+    fd = r._fd
+    assert fd is not None and r._proc is None
+    ballast = bytearray(64 << 20)  # touched: resident
+    ballast[::4096] = b"x" * len(ballast[::4096])
+    assert close_to_psutil(r.mb()) and r._fd == fd  # the same file, read again
+    del ballast
+
+
+@pytest.mark.parametrize("content", [None, "", "not statm\n"])
+def test_without_a_readable_statm_psutil_reads_it(tmp_path, content):
+    path = tmp_path / "statm"
+    if content is not None:
+        path.write_text(content)
+    r = _RssReader(str(path))
+    assert close_to_psutil(r.mb()) and close_to_psutil(r.mb())
+    assert r._proc is not None
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="no /proc on this system")
+def test_a_forked_child_reads_its_own_statm():
+    """/proc/self names the process that opened it: after a fork the parent's open file would
+    report the parent."""
+    r = _RssReader()
+    r.mb()
+    pid = os.fork()
+    if pid == 0:
+        ballast = bytearray(96 << 20)
+        ballast[::4096] = b"x" * len(ballast[::4096])
+        mb = r.mb()
+        os._exit(0 if r._pid == os.getpid() and close_to_psutil(mb) else 1)  # the ballast shows
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
