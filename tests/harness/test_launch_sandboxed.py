@@ -51,6 +51,18 @@ def test_the_key_is_never_in_a_sandboxed_ranks_environment(tmp_path):
     assert build_env(cfg, tmp_path, "k" * 32, "cpu")[rundir.KEY_ENV] == "k" * 32
 
 
+@pytest.mark.parametrize("given, expect", [
+    (None, "131072"),       # fixed: glibc's moving threshold let fragmentation read as an RSS slope
+    ("65536", "65536"),     # the user's own setting stands
+])
+def test_the_ranks_malloc_mmap_threshold_is_fixed(tmp_path, monkeypatch, given, expect):
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    if given:
+        monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", given)
+    cfg = LaunchConfig(script=FIXTURES / "ddp_ok.py", sandbox=True, cwd=tmp_path)
+    assert build_env(cfg, tmp_path, "k" * 32, "cpu")["MALLOC_MMAP_THRESHOLD_"] == expect
+
+
 def test_a_stale_channel_folder_of_a_dead_grader_is_removed(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
