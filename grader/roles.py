@@ -46,6 +46,13 @@ class RunRequest:
 
 
 FINGERPRINTS = (("TRAINWRECK_FINGERPRINT", "1"),)  # per-step parameter fingerprints in the records
+# Every grading run, the reference's too (never a user's own `trainwreck run`, which launches as torchrun
+# does): glibc raises its mmap threshold each time a mapped block is freed, so an evaluation's 1 MB of
+# activations then comes from the heap, and a small tensor kept after them (a history of 0-dim
+# losses) pins the heap's top: RSS grew ~0.45 MB per step with no memory retained (heap in use flat;
+# memory-leak/valid-no-grad-only, graded twice). A fixed threshold keeps big blocks mapped and given
+# back when freed, so RSS measures what is held (the same variant: +0.0004 MB per step).
+GRADING_ENV = (("MALLOC_MMAP_THRESHOLD_", str(128 * 1024)),)
 
 
 @dataclass

@@ -18,8 +18,10 @@ nodes reachable through ``next_functions`` from every live tensor's ``grad_fn`` 
 node). Side effect: objects alive at the first step are never visited by the cyclic collector
 again; a reference cycle among them that becomes garbage later stays until the process exits.
 
-Fields, in the step record of each counted step: ``live_tensors``, ``graph_nodes``, ``mem_ms`` (the
-count's own time), and ``gc_refrozen`` when the script called ``gc.freeze()`` itself after the
+Fields, in the step record of each counted step: ``live_tensors``, ``graph_nodes``, ``live_bytes``
+(the bytes of the storages behind those tensors, each storage once: views share their base's, so a
+count of tensors says nothing of their size; a few kept 0-dim tensors grow the count and not the
+bytes), ``mem_ms`` (the count's own time), and ``gc_refrozen`` when the script called ``gc.freeze()`` itself after the
 harness did (which hides what it froze from the count): how many times. The count runs at step 2, then every ``k`` steps, ``k`` chosen
 after each count so that its time (the median of the last five counts) stays under ``BUDGET`` of the
 steps' time since the previous one. Its time is not charged to any step's ``dt``.
@@ -69,10 +71,11 @@ class MemStats:
         if step < self.next_step:
             return {}
         t0 = time.perf_counter()
-        tensors, nodes = count()
+        tensors, nodes, nbytes = count()
         t1 = time.perf_counter()
         cost = t1 - t0
-        out: dict[str, Any] = {"live_tensors": tensors, "graph_nodes": nodes, "mem_ms": round(cost * 1e3, 3)}
+        out: dict[str, Any] = {"live_tensors": tensors, "graph_nodes": nodes, "live_bytes": nbytes,
+                               "mem_ms": round(cost * 1e3, 3)}
         if self.script_freezes > self.frozen_count:
             out["gc_refrozen"] = self.script_freezes - self.frozen_count
         self._costs = (self._costs + [cost])[-5:]
@@ -107,11 +110,12 @@ def _kind(tp: type) -> int:
     return k
 
 
-def count() -> tuple[int, int]:
-    """(live tensors, autograd nodes reachable from them) among the objects the collector tracks
-    outside its permanent generation."""
+def count() -> tuple[int, int, int]:
+    """(live tensors, autograd nodes reachable from them, bytes of those tensors' storages) among the
+    objects the collector tracks outside its permanent generation."""
     kinds = _KIND
     tensors = 0
+    storages: dict[tuple[str, int], int] = {}  # (device, data_ptr) -> nbytes: a storage shared by views once
     seen: dict[int, Any] = {}  # id -> node, kept alive while walking so ids stay unique
     stack: list[Any] = []
     objs = gc.get_objects()
@@ -122,6 +126,12 @@ def count() -> tuple[int, int]:
             k = _kind(tp)
         if k == 1:
             tensors += 1
+            try:  # sparse, meta and some subclass tensors have no storage to read
+                st = o.untyped_storage()
+                if st.device.type != "meta":  # a meta tensor holds no memory
+                    storages[(str(st.device), st.data_ptr())] = st.nbytes()
+            except Exception:
+                pass
             try:
                 fn = o.grad_fn
             except Exception:
@@ -143,7 +153,7 @@ def count() -> tuple[int, int]:
         for m, _ in nxt:
             if m is not None and id(m) not in seen:
                 stack.append(m)
-    return tensors, len(seen)
+    return tensors, len(seen), sum(storages.values())
 
 
 _stats: MemStats | None = None

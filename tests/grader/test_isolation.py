@@ -15,7 +15,7 @@ from grader import sealing
 from grader.checks import Context, run_check
 from grader.evidence import EnvironmentFailure, TamperedRun, load_run
 from grader.exercises import find
-from grader.grade import reference_run, regrade
+from grader.grade import reference_run, regrade, run_role
 from grader.result import GradeResult
 from harness import rundir
 from tests.grader.fakes import FakeManifest, spec
@@ -168,6 +168,36 @@ def test_a_tampered_cache_entry_is_reported_and_run_again(tmp_path, monkeypatch)
     again = reference_run(ex, "cpu", 2, lambda s: None, sandboxed=True, notes=notes)
     assert len(calls) == 2 and "run.json was changed" in notes[0] and "run again" in notes[0]
     assert "poisoned" not in again.run and sealing.verify(again.run_dir).ok
+
+
+class _Launched(Exception):
+    pass
+
+
+@pytest.mark.parametrize("env, expect", [
+    (None, "131072"),  # every grading run: glibc's moving threshold read as an RSS slope
+    ({"TRAINWRECK_FINGERPRINT": "1"}, "131072"),  # with the role's own variables
+    ({"MALLOC_MMAP_THRESHOLD_": "65536"}, "65536"),  # a role that sets its own wins
+])
+def test_every_grading_run_has_a_fixed_mmap_threshold(tmp_path, monkeypatch, env, expect):
+    seen = []
+
+    def fake_launch(cfg):
+        seen.append(cfg)
+        raise _Launched
+
+    monkeypatch.setattr("grader.grade.launch", fake_launch)
+    with pytest.raises(_Launched):
+        run_role(find(SLUG), tmp_path, tmp_path / "run", "main", "cpu", 2, env=env)
+    assert seen[0].env["MALLOC_MMAP_THRESHOLD_"] == expect
+
+
+def test_a_users_own_run_launches_with_glibcs_own_threshold(tmp_path, monkeypatch):
+    """`trainwreck run` launches as torchrun does: the fixed threshold is the grader's, not the harness's."""
+    from harness.launch import LaunchConfig, build_env
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    cfg = LaunchConfig(script=tmp_path / "train.py", cwd=tmp_path)
+    assert "MALLOC_MMAP_THRESHOLD_" not in build_env(cfg, tmp_path, "k" * 32, "cpu")
 
 
 @pytest.mark.parametrize("statuses, runs, raises", [

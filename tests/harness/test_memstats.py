@@ -66,3 +66,42 @@ def test_counts_by_type_are_what_isinstance_counts(stats, make, tensors, nodes):
     got = memstats.count()
     assert (got[0] - base[0], got[1] - base[1]) == (3 * tensors, 3 * nodes)
     del held
+
+
+def _tensors():
+    return [torch.zeros(1000)]
+
+
+def _views():
+    a = torch.zeros(1000)
+    return [a, a[10:], a.view(10, 100), a.view(100, 10).t()]
+
+
+def _two():
+    return [torch.zeros(1000), torch.zeros(500, dtype=torch.float64)]
+
+
+def _scalars():  # valid-no-grad-only's history: a 0-dim tensor per evaluation, no graph
+    return [torch.tensor(float(i)) for i in range(96)]
+
+
+def _kept_graphs():  # partial-keep-last-8's history: 8 losses, each with its graph
+    w = torch.ones(64, 64, requires_grad=True)
+    return [w, *((w * float(i)).sum() for i in range(8))]
+
+
+@pytest.mark.parametrize("make, tensors, nbytes, nodes", [
+    (_tensors, 1, 4000, 0),
+    (_views, 4, 4000, 0),                   # views share their base's storage: counted once
+    (_two, 2, 8000, 0),
+    (_scalars, 96, 96 * 4, 0),              # 96 more tensors, 384 bytes: a count, not a leak
+    (_kept_graphs, 9, 64 * 64 * 4 + 8 * 4, 8 * 2 + 1),  # each graph: sum and mul; w's AccumulateGrad once
+])
+def test_counts_and_bytes_of_what_is_kept(stats, make, tensors, nbytes, nodes):
+    stats.on_step(1)
+    before = memstats.count()
+    kept = make()
+    after = memstats.count()
+    got = (after[0] - before[0], after[2] - before[2], after[1] - before[1])
+    assert got == (tensors, nbytes, nodes)
+    del kept
