@@ -30,9 +30,12 @@ from grader.roles import FINGERPRINTS, RESTARTED, Role, RunRequest
 class Spec(CheckSpec):
     name: Literal["trajectory"]
     # |fp - fp_ref| <= atol + rtol * |fp_ref| at every step; fingerprints are float64 sums of a few
-    # elements of every parameter, so rounding from another (valid) order of operations stays far
-    # below one optimizer update's effect (see the exercise's NOTES for the measured margins)
-    rtol: float = Field(1e-6, ge=0)
+    # elements of every parameter. Measured (tests/variants/README.md, "the trajectory's tolerance"):
+    # the reference solution graded again and every valid variant graded follow the reference's path
+    # bit for bit (0.0); the one path that only sums in another order, comm-bound's all-reduce per
+    # micro-batch, drifts to 1.0e-6 by its last step; the smallest divergence of a real fault is
+    # 2.7e-5 (incident-multi's sampler at step 33). 5e-6 sits 5x above the one and 5x below the other.
+    rtol: float = Field(5e-6, ge=0)
     atol: float = Field(1e-6, ge=0)
     # the job checkpoints every this many steps: a restarted run may lose at most this much work
     checkpoint_interval: int | None = Field(None, gt=0)

@@ -157,3 +157,17 @@ def test_nan_parameters_that_stay_nan_are_not_a_change(tmp_path):
     from grader.evidence.fingerprints import _same
 
     assert _same(float("nan"), float("nan")) and not _same(float("nan"), 1.0) and _same(1.0, 1.0 + 1e-12)
+
+
+@pytest.mark.parametrize("drift, passes", [
+    (0.0, True),      # the reference graded again, and every valid variant measured
+    (1.02e-6, True),  # comm-bound's all-reduce per micro-batch: the same sums in another order
+    (2.7e-5, False),  # the smallest divergence of a real fault measured (incident-multi's sampler)
+])
+def test_the_default_tolerance_sits_between_reordered_sums_and_real_faults(tmp_path, drift, passes):
+    # fingerprints of the size the exercises' are (tens): atol alone must not decide
+    fps = {s: 50 * ref_fp(s) * (1 + (drift if s > STEPS // 2 else 0.0)) for s in range(STEPS + 1)}
+    ref = {s: 50 * ref_fp(s) for s in range(STEPS + 1)}
+    runs = {"main": _run(tmp_path / "main", fps), "reference": _run(tmp_path / "reference", ref)}
+    c = run_check(spec("trajectory"), Context(FakeManifest(steps=STEPS), runs))
+    assert c.passed is passes, c.message
