@@ -11,10 +11,12 @@ limit, not only how far from the start. The fraction is reported, never graded.
 Steps/s is measured from the third step on, so work moved before the first step would vanish from
 it (features precomputed at start-up while the job takes as long as before). Each round therefore
 also times every role's start-up, from the bootstrap's start record (torch imported, the script
-next) to the first step record, both by the parent's receive times, and charges whatever of the
-candidate's exceeds the slower of the broken script's and the reference's to its measured window:
-``intervals / (intervals / rate + excess)``. Start-up the script needs anyway (a model built, a
-process group joined, loader workers spawned) costs the candidate nothing."""
+next) to the first step record, both by the parent's receive times, less one step at the role's
+rate (the first step's own work, the broken pipeline's included, is no start-up). Whatever of the
+candidate's exceeds the slower of the broken script's and the reference's, each the median over
+the rounds, is charged to every round's measured window: ``intervals / (intervals / rate +
+excess)``. Start-up the script needs anyway (a model built, a process group joined, loader
+workers spawned) costs the candidate nothing."""
 
 from __future__ import annotations
 
@@ -101,21 +103,38 @@ def charged(rate: float, n: int, extra_s: float) -> float:
     return n / (n / rate + extra_s)
 
 
-def startup_charge(r: dict[str, Any]) -> float | None:
-    """The seconds of the candidate's start-up beyond the slower of the broken's and the
-    reference's in round ``r``, or None where the round has no start-up times."""
-    su = r.get("startup_s") or {}
-    if not all(isinstance(su.get(role), (int, float)) for role in ROLES):
+def _before_first_step(r: dict[str, Any], role: str) -> float | None:
+    """``role``'s start-up in round ``r`` less one of its steps at its measured rate: the first step
+    record comes after the first step's own work (for the broken script, its slow pipeline's),
+    which is no start-up."""
+    su = (r.get("startup_s") or {}).get(role)
+    if not isinstance(su, (int, float)):
         return None
-    return max(0.0, su["candidate"] - max(su["broken"], su["reference"]))
+    rate = r.get(role) or 0.0
+    return max(0.0, su - (1.0 / rate if rate > 0 else 0.0))
 
 
-def candidate_rate(r: dict[str, Any]) -> float:
-    """The candidate's steps/s in round ``r``, its start-up beyond the others' charged."""
-    extra = startup_charge(r)
-    if extra is None:
+def startup_charge(per_round: list[dict[str, Any]]) -> float | None:
+    """The seconds of the candidate's start-up beyond the slower of the broken's and the
+    reference's, each role's the median over the rounds (one round's start-up on a loaded machine
+    can be twice another's), or None where the rounds carry no start-up times."""
+    su: dict[str, list[float]] = {role: [] for role in ROLES}
+    for r in per_round:
+        got = {role: _before_first_step(r, role) for role in ROLES}
+        if all(v is not None for v in got.values()):
+            for role, v in got.items():
+                su[role].append(v)
+    if not su["candidate"]:
+        return None
+    med = {role: statistics.median(v) for role, v in su.items()}
+    return max(0.0, med["candidate"] - max(med["broken"], med["reference"]))
+
+
+def candidate_rate(r: dict[str, Any], charge: float | None) -> float:
+    """The candidate's steps/s in round ``r``, with ``charge`` seconds added to its window."""
+    if not charge:
         return r["candidate"]
-    return charged(r["candidate"], int((r.get("intervals") or {}).get("candidate", 0)), extra)
+    return charged(r["candidate"], int((r.get("intervals") or {}).get("candidate", 0)), charge)
 
 
 def fractions_of_bound(per_round: list[dict[str, Any]], role: str) -> list[float]:
@@ -159,7 +178,8 @@ def summarize(per_round: list[dict[str, Any]], suspicious_factor: float, pass_sp
               bound: bool = False) -> ThroughputResult:
     """The figures of measured rounds: medians of per-round ratios, spread, RE-Bench normalisation,
     the suspicious flag, and the fractions of the compute bound."""
-    cand = [candidate_rate(r) / r["broken"] for r in per_round if r["broken"] > 0]
+    charge = startup_charge([r for r in per_round if r["broken"] > 0])
+    cand = [candidate_rate(r, charge) / r["broken"] for r in per_round if r["broken"] > 0]
     ref = [r["reference"] / r["broken"] for r in per_round if r["broken"] > 0]
     if not cand or not ref:
         return ThroughputResult(0.0, 0.0, 0.0, 0.0, per_round, note="the broken baseline made no steps")
@@ -172,11 +192,10 @@ def summarize(per_round: list[dict[str, Any]], suspicious_factor: float, pass_sp
     tp = ThroughputResult(round(speedup, 4), round(spread, 4), round(ref_speedup, 4), round(normalized, 4),
                           per_round, suspicious=suspicious, passed=speedup >= pass_speedup,
                           pass_speedup=pass_speedup, note=note)
-    charges = [c for r in per_round if r["broken"] > 0 and (c := startup_charge(r)) is not None]
-    if charges:
-        tp.startup_charge_s = round(statistics.median(charges), 3)
-        tp.candidate_startup_s = round(statistics.median(r["startup_s"]["candidate"] for r in per_round
-                                                         if startup_charge(r) is not None), 3)
+    if charge is not None:
+        tp.startup_charge_s = round(charge, 3)
+        tp.candidate_startup_s = round(statistics.median(
+            v for r in per_round if r["broken"] > 0 and (v := _before_first_step(r, "candidate")) is not None), 3)
         tp.uncharged_speedup = round(statistics.median(r["candidate"] / r["broken"] for r in per_round
                                                        if r["broken"] > 0), 4)
     if bound:

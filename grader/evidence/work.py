@@ -120,8 +120,9 @@ def unread_rows(ev, rank: int) -> dict[str, Any] | None:
 def read_ahead(ev, rank: int, dataset: str, per_step: float) -> dict[str, Any] | None:
     """How far the rank's reads of ``dataset`` ran ahead of what its optimizer steps had consumed,
     in its first attempt: at each step k, the samples read by the time of step k's record less
-    ``k * per_step``; the step where that is largest, or None where the records cannot tell (no
-    parent receive times on the ledger: an unsandboxed run; or no steps).
+    ``k * per_step`` (the workload's samples per step and rank, or the rank's own reads per step
+    over the attempt where more); the step where that is largest, or None where the records
+    cannot tell (no parent receive times on the ledger: an unsandboxed run; or no steps).
 
     A read's time is the parent's receive time (``rt``): a ledger record is sent as the read
     happens, from whichever process reads (a DataLoader worker's ``s`` is the step it was forked
@@ -139,6 +140,9 @@ def read_ahead(ev, rank: int, dataset: str, per_step: float) -> dict[str, Any] |
         return None
     import bisect
 
+    # a script whose steps each consume more than the workload's batch (a batch size per rank that
+    # does not shrink with the world size) reads ahead of nothing: its own pace is the measure
+    per_step = max(per_step, len(ledger) / len(steps))
     reads = sorted(float(x["rt"]) for x in ledger)
     worst: dict[str, Any] | None = None
     for r in steps:

@@ -301,3 +301,12 @@ def test_a_run_at_world_size_one_may_accumulate_what_two_ranks_computed(tmp_path
     assert c.passed is passed, c.message
     if not passed:
         assert "ran 3 backward passes for optimizer step 1 in the ws1 run" in c.message and "runs 2 per optimizer step at world size 1" in c.message
+
+
+def test_steps_that_each_consume_more_than_the_workloads_batch_read_ahead_of_nothing(tmp_path):
+    """A batch size per rank that does not shrink with the world size: half the steps, each twice
+    the batch. The step count fails; reading ahead is not what happened."""
+    c = _judge_work(tmp_path, main=_work_run(tmp_path / "main", steps=8, reads={s: 8 for s in range(1, 9)},
+                                             read_rt=True))
+    assert not c.passed and "made 8 optimizer steps" in c.message and "ahead of its steps" not in c.message
+    assert c.evidence["read_ahead"]["main"][0]["ahead"] == 0
