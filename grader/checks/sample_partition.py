@@ -108,9 +108,8 @@ def _read_to_skip(ev, r: int, ds: str, full: list[int], k: int, tol: int = 0, pe
     no read-ahead, "before the first step" is the ledger's ``s`` (0 for the discarded reads and the
     first step's batch); a loader worker's ``s`` is the step it was forked at, so with read-ahead
     it is the parent's receive times: the discarded reads and the first step's batch received
-    before the first step's record. A replay shorter than the
-    loader's prefetch reads the same way; that nothing of it was trained on is the trajectory's to
-    prove, step by step."""
+    before the first step's record. A replay shorter than the loader's prefetch reads the same
+    way; that nothing of it was trained on is the trajectory's to prove, step by step."""
     recs = [x for x in ev.ledgers.get(r, []) if x.get("ds") == ds and x.get("a") == 1]
     a1 = [x["i"] for x in recs]
     n = len(a1) - (len(full) - k)
