@@ -3,6 +3,14 @@
 Epochs are not taken from the script (whose epoch counter may be the bug): each rank's consumption
 is cut into consecutive shares of ceil(dataset_size / world_size) samples, the amount a correct
 DistributedSampler hands a rank per epoch. Share k of every rank is "epoch k".
+
+DataLoader workers read ahead of the steps and append their reads to the ledger in whatever order
+the parent receives them, so across a kill and restart the order is compared with a tolerance: a
+rank's reads may stray from the uninterrupted run's order by the rank's read-ahead (measured from
+the parent's receive times, ``grader/evidence/work.py``) plus one step's batch, in each of the two
+runs compared; what was read must still be exactly what the uninterrupted run reads (the same
+samples, as many), and reads past the last step made before the kill count as read ahead, not as
+trained on. A rank that reads nothing ahead is compared exactly.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from pydantic import Field
 
 from grader.checks.base import Check, CheckResult, CheckSpec, Context, need, need_trained, ranges
 from grader.evidence.fingerprints import resume_point
+from grader.evidence.work import read_ahead
 from grader.roles import FINGERPRINTS, Role, RunRequest
 from harness.launch import Fault
 
@@ -91,17 +100,82 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
                        f"in a new order each epoch{after}", evidence)
 
 
-def _read_to_skip(ev, r: int, ds: str, full: list[int], k: int) -> int:
+def _read_to_skip(ev, r: int, ds: str, full: list[int], k: int, tol: int = 0, per_step: int = 0) -> int:
     """How many samples a restart read and discarded to reach its resume point, as HF accelerate's
     ``skip_first_batches`` does, or 0: its reads begin with the stretch of the uninterrupted sequence
     that ends where the job resumed, all of it read before the restart's first optimizer step, and
-    go on with exactly what an uninterrupted run consumes from there."""
+    go on with exactly what an uninterrupted run consumes from there (in order up to ``tol``). With
+    no read-ahead, "before the first step" is the ledger's ``s`` (0 for the discarded reads and the
+    first step's batch); a loader worker's ``s`` is the step it was forked at, so with read-ahead
+    it is the parent's receive times: the discarded reads and the first step's batch received
+    before the first step's record. A replay shorter than the loader's prefetch reads the same
+    way; that nothing of it was trained on is the trajectory's to prove, step by step."""
     recs = [x for x in ev.ledgers.get(r, []) if x.get("ds") == ds and x.get("a") == 1]
     a1 = [x["i"] for x in recs]
     n = len(a1) - (len(full) - k)
-    if n <= 0 or n > k or a1[:n] != full[k - n:k] or a1[n:] != full[k:]:
+    if n <= 0 or n > k or not _same_stretch(a1, full, k - n, len(full), tol):
         return 0
-    return n if all(int(x.get("s", 0)) == 0 for x in recs[:n]) else 0
+    if tol == 0:  # the first step's batch is read before it too: a replayed one would look the same
+        return n if all(int(x.get("s", 0)) == 0 for x in recs[:n + per_step]) else 0
+    first = next((e for e in ev.events(r) if e.get("kind") == "step" and int(e.get("attempt", 0)) == 1), None)
+    stamps = [float(v) for v in ((first or {}).get("t"), (first or {}).get("rt")) if isinstance(v, (int, float))]
+    if not stamps or not all(isinstance(x.get("rt"), (int, float)) for x in recs):
+        return 0
+    before = sum(1 for x in recs if x["rt"] <= min(stamps))
+    return n if before >= n + per_step else 0
+
+
+def _excess(got: list[int], want: list[int]):
+    """Per prefix length j (1, 2, ...), how many samples ``got[:j]`` holds beyond ``want[:j]``
+    (as multisets)."""
+    bal: Counter = Counter()
+    excess = 0
+    for j in range(max(len(got), len(want))):
+        if j < len(got):
+            bal[got[j]] += 1
+            excess += bal[got[j]] > 0
+        if j < len(want):
+            bal[want[j]] -= 1
+            excess -= bal[want[j]] >= 0
+        yield excess
+
+
+def drift(got: list[int], want: list[int]) -> int:
+    """The most samples any prefix of ``got`` holds beyond the same-length prefix of ``want``: 0
+    for equal sequences, small for one whose order only jitters locally (loader workers'
+    interleaved reads), large for one that replays or skips a stretch."""
+    return max(_excess(got, want), default=0)
+
+
+def order_tolerance(runs: list, r: int, ds: str, per_step: int) -> int:
+    """Positions rank ``r``'s ledger may stray from another run's order: in each of the two runs
+    compared, its read-ahead (the most it read beyond what its steps had consumed, in any of
+    ``runs``' first attempts) plus one step's batch, which may be read between two step records.
+    0 where nothing was read ahead (or the records cannot tell: no receive times): then exactly."""
+    ahead = max((ra["ahead"] for ev in runs if (ra := read_ahead(ev, r, ds, per_step)) is not None), default=0)
+    return 2 * (math.ceil(ahead) + per_step) if ahead > 0 else 0
+
+
+def _same_stretch(got: list[int], want: list[int], start: int, stop: int, tol: int) -> bool:
+    """Whether ``got`` is what an uninterrupted run read from position ``start`` to ``stop`` of
+    ``want``: as many reads, in the same order up to ``tol`` positions of jitter. With jitter, a cut
+    inside a ledger is fuzzy too: samples may cross it by up to ``tol`` positions (a worker's batch
+    of the next step received before the last of this step's), so the samples ``got`` has and the
+    stretch lacks must lie within ``tol`` outside a cut, and those it lacks within ``tol`` inside."""
+    stretch = want[start:stop]
+    if tol == 0 or len(got) != len(stretch):
+        return got == stretch
+    extra, missing = Counter(got) - Counter(stretch), Counter(stretch) - Counter(got)
+    outside = Counter(want[max(0, start - tol):start] + want[stop:stop + tol])
+    inside = Counter((want[start:start + tol] if start else []) + (want[max(start, stop - tol):stop] if stop < len(want) else []))
+    return (not extra - outside and not missing - inside and extra.total() <= tol
+            and drift(got, stretch) <= tol)
+
+
+def _first_divergence(got: list[int], want: list[int], tol: int) -> int:
+    """The first position where ``got`` leaves ``want`` by more than ``tol`` (or runs out)."""
+    n = min(len(got), len(want))
+    return next((j for j, e in enumerate(_excess(got[:n], want[:n])) if e > tol), n)
 
 
 def _resume(spec, ctx: Context, uninterrupted: dict[int, list[int]], evidence: dict[str, Any]) -> CheckResult:
@@ -131,19 +205,28 @@ def _resume(spec, ctx: Context, uninterrupted: dict[int, list[int]], evidence: d
             return CheckResult(name, False, f"after the restart rank {r} started from parameters the job never "
                                "had before the kill (not the initial ones, nor those after any step)", evidence)
         k = c * per_step
-        a0 = [x["i"] for x in ev.ledgers.get(r, []) if x.get("ds") == ds and x.get("a") == 0 and x.get("s", 0) < c]
-        if a0 != full[:k]:
+        tol = order_tolerance([main, ev], r, ds, per_step)
+        if tol:
+            info[r]["order_tolerance"] = tol
+            info[r]["order_drift"] = drift(a1, full[k:])
+        if tol == 0:
+            a0 = [x["i"] for x in ev.ledgers.get(r, []) if x.get("ds") == ds and x.get("a") == 0 and x.get("s", 0) < c]
+        else:  # a worker's ``s`` is the step it was forked at: the first c steps' worth of reads instead
+            a0 = ev.samples(r, ds, attempt=0)[:k]
+        if not _same_stretch(a0, full, 0, k, tol):
             return CheckResult(name, False, f"before the kill rank {r} consumed something other than an "
                                f"uninterrupted run in its first {c} steps", evidence)
-        if a1 == full[k:]:
+        if _same_stretch(a1, full, k, len(full), tol):
             continue
-        skipped = _read_to_skip(ev, r, ds, full, k)
+        skipped = _read_to_skip(ev, r, ds, full, k, tol, per_step)
         if skipped:  # fast-forwarded by reading and discarding; that nothing of it was trained on is
             info[r]["read_and_discarded"] = skipped  # the trajectory's to prove, step by step
             continue
-        j = next((i for i, (x, y) in enumerate(zip(a1, full[k:])) if x != y), min(len(a1), len(full) - k))
-        seen = [x["i"] for x in ev.ledgers.get(r, []) if x.get("ds") == ds and x.get("a") == 0]
-        replayed = [i for i in a1[j:j + per_step] if i in set(seen)]
+        j = _first_divergence(a1, full[k:], tol)
+        # trained on before the kill: what its steps consumed; reads past the last step were read ahead
+        made = sum(1 for e in ev.events(r) if e.get("kind") == "step" and int(e.get("attempt", 0)) == 0)
+        seen = set(ev.samples(r, ds, attempt=0)[:made * per_step])
+        replayed = [i for i in a1[j:j + per_step] if i in seen]
         if replayed and len(a1) > len(full) - k:
             detail = (f"its samples from there ({ranges(a1[j:j + 8])}, ...) had already been consumed and "
                       f"trained on before the kill; {len(a1) - (len(full) - k)} samples were replayed")
@@ -154,8 +237,11 @@ def _resume(spec, ctx: Context, uninterrupted: dict[int, list[int]], evidence: d
                       f"{ranges(full[k + j:k + j + 8])}")
         return CheckResult(name, False, f"the job resumed from the state after step {c}, but rank {r} did not "
                            f"continue the uninterrupted sequence {j} samples into the restart: {detail}", evidence)
+    tols = [i["order_tolerance"] for i in evidence.get("resume", {}).values() if i.get("order_tolerance")]
+    jitter = (f" (the same samples, in its order within {max(tols)} positions: the loader read ahead of the steps)"
+              if tols else "")
     return CheckResult(name, True, "every epoch partitions the dataset in a new order, and after a kill and "
-                       "restart every rank consumed exactly what an uninterrupted run consumes", evidence)
+                       f"restart every rank consumed exactly what an uninterrupted run consumes{jitter}", evidence)
 
 
 CHECK = Check("sample_partition", Spec, judge, runs=runs)

@@ -1,6 +1,7 @@
 """throughput: the submission's steps/s against the broken script's and the reference's, measured
 side by side in interleaved rounds (``grader/throughput.py``), normalised so the broken baseline is
-0 and the reference 1. Counted only when every required correctness check passed: a fast wrong
+0 and the reference 1. The candidate's start-up beyond the slower of the other two is charged to
+its steps/s, so work moved before the first step (where steps/s cannot see it) is not free. Counted only when every required correctness check passed: a fast wrong
 answer earns nothing. Its runs are the measurement rounds, not the grading's ordinary runs."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from grader.checks.base import Check, CheckResult, CheckSpec, Context
-from grader.throughput import ThroughputResult, summarize
+from grader.throughput import ThroughputResult, candidate_rate, startup_charge, summarize
 from grader.throughput import measure as measure_rounds
 
 
@@ -73,7 +74,7 @@ def measure(spec: Spec, how: Measuring) -> dict[str, Any]:
     if how.quick:
         rounds = measure_rounds(how.run, 1, 0, bound=False)
         r = rounds[0]
-        ratio = r["candidate"] / r["broken"] if r["broken"] > 0 else 0.0
+        ratio = candidate_rate(r, startup_charge(rounds)) / r["broken"] if r["broken"] > 0 else 0.0
         if spec.pass_speedup <= ratio < AMBIGUOUS * spec.pass_speedup:
             rounds += [{**x} for x in measure_rounds(lambda role, tag: how.run(role, tag.replace("round", "again")), 2,
                                                      0, bound=False)]
@@ -101,6 +102,11 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     msg = (f"{tp.speedup:.2f}x the broken baseline's steps/s (median of {len(tp.rounds)} rounds, spread "
            f"{tp.spread:.0%}); the reference reaches {tp.reference_speedup:.2f}x; pass at "
            f"{tp.pass_speedup:.2f}x")
+    if tp.startup_charge_s:
+        msg += (f"; its start-up (start to first step, less a step) took {tp.candidate_startup_s:.1f} s, "
+                f"{tp.startup_charge_s:.1f} s more than the slower of the broken script's and the reference's (medians "
+                "of the rounds), charged to its steps/s (work moved before the first step still counts; "
+                f"{tp.uncharged_speedup:.2f}x from the third step on)")
     if tp.fraction_of_bound is not None:
         msg += (f"; {tp.fraction_of_bound:.0%} of the compute bound's steps/s (reference "
                 f"{tp.reference_fraction_of_bound:.0%}; reported, not graded)")

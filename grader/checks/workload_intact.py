@@ -19,6 +19,13 @@ killed and restarted runs; ``grader/evidence/work.py``, ``harness/work.py``):
   step, the samples the rank had read through the kit's datasets (the ledger), beyond the rows of
   one step: a rank that computes on samples it never read (its peer's half of the batch, taken
   from the dataset's tensors) fails;
+- reads ahead of the steps: at no optimizer step of a run's first attempt may a rank have read
+  more than half an epoch's share (``READ_AHEAD_SHARE`` of ceil(dataset_size / world size)
+  samples) beyond what its steps had consumed (``grader/evidence/work.py``'s ``read_ahead``). A
+  DataLoader's prefetch is a few batches (two workers of prefetch factor 2 on sampler-replay:
+  0.125 of a share); features computed for every record up front and reused across epochs read
+  the whole dataset before the first step (1.94 shares on slow-input-pipeline), and the steps then
+  train on data no epoch read;
 - autocast: where the workload names one (``autocast = "float16"``), every optimizer step of the
   main run must run a forward pass under it;
 - records that contradict each other (``grader/evidence/timeline.py``): a save or an upload said
@@ -38,11 +45,16 @@ from grader.evidence.work import (
     empty_steps,
     extra_backward,
     median_backward,
+    read_ahead,
     skipped_at_overflow,
     unread_rows,
 )
 from grader.roles import Role
 
+# How far, in epoch shares (ceil(dataset_size / world size) samples), a rank's reads may run ahead
+# of what its optimizer steps consumed: prefetching batches is the input pipeline's job; reading
+# (and featurising) the dataset ahead of the steps that train on it is not.
+READ_AHEAD_SHARE = 0.5
 
 class Spec(CheckSpec):
     name: Literal["workload_intact"]
@@ -178,6 +190,9 @@ def _hidden_work(ctx: Context, main, evidence: dict[str, Any]) -> list[str]:
                                 f"had read {unread['samples_read']} samples through the kit's datasets: it computed "
                                 "on samples it never read")
                 break
+        problem = _read_ahead(ev, wl, where, role, evidence)
+        if problem:
+            problems.append(problem)
         for c in contradictions(ev):
             evidence.setdefault("contradictions", {}).setdefault(role, []).append(c)
         if evidence.get("contradictions", {}).get(role):
@@ -195,6 +210,27 @@ def _hidden_work(ctx: Context, main, evidence: dict[str, Any]) -> list[str]:
                                 f"by autocast dtype: {seen}); the workload trains under {dtype} autocast")
                 break
     return problems
+
+
+def _read_ahead(ev, wl, where: str, role: str, evidence: dict[str, Any]) -> str | None:
+    """The first rank whose reads of the training set ran more than ``READ_AHEAD_SHARE`` of an
+    epoch's share ahead of its optimizer steps, as the problem's text; every rank's figure is kept."""
+    w = max(ev.world_size, 1)
+    share = math.ceil(wl.dataset_size / w)
+    found = None
+    for r in sorted(ev.ranks):
+        ra = read_ahead(ev, r, wl.dataset, wl.global_batch / w)
+        if ra is None:
+            continue
+        ra["shares"] = round(ra["ahead"] / share, 3)
+        evidence.setdefault("read_ahead", {}).setdefault(role, {})[r] = ra
+        if found is None and ra["shares"] > READ_AHEAD_SHARE:
+            found = (f"rank {r} had read {ra['read']} samples of {wl.dataset!r} by optimizer step {ra['step']} in "
+                     f"{where}, where its steps had consumed {ra['consumed']:g}: {ra['shares']:.2f} epoch shares "
+                     f"({share} samples each) ahead of its steps, more than {READ_AHEAD_SHARE:g}; each epoch must "
+                     "read what it trains on through the kit's datasets as it trains (a loader's prefetch is a few "
+                     "batches), not read and featurise the dataset up front and reuse it")
+    return found
 
 
 def _evaluations(ev, ds: str, want, evidence: dict[str, Any]) -> str | None:

@@ -1,6 +1,7 @@
 """The work behind each optimizer step (``harness/work.py``'s fields of the step records), read
 against the workload: backward passes the hook never saw steps for, rows the model was fed that the
-rank never read through the kit's datasets, and the autocast dtype of the forward passes."""
+rank never read through the kit's datasets, reads far ahead of the steps that consume them, and the
+autocast dtype of the forward passes."""
 
 from __future__ import annotations
 
@@ -114,6 +115,46 @@ def unread_rows(ev, rank: int) -> dict[str, Any] | None:
             if fed > got + slack:
                 return {"attempt": a, "step": None, "rows_fed": fed, "samples_read": got, "slack": slack}
     return None
+
+
+def read_ahead(ev, rank: int, dataset: str, per_step: float) -> dict[str, Any] | None:
+    """How far the rank's reads of ``dataset`` ran ahead of what its optimizer steps had consumed,
+    in its first attempt: at each step k, the samples read by the time of step k's record less
+    ``k * per_step`` (the workload's samples per step and rank, or the rank's own reads per step
+    over the attempt where more); the step where that is largest, or None where the records
+    cannot tell (no parent receive times on the ledger: an unsandboxed run; or no steps).
+
+    A read's time is the parent's receive time (``rt``): a ledger record is sent as the read
+    happens, from whichever process reads (a DataLoader worker's ``s`` is the step it was forked
+    at, so it cannot date the read). A step's time is the earlier of the rank's own stamp and the
+    parent's receive time: a busy parent takes step records in bursts, late by a dozen short steps
+    (0.36 s measured on a loaded 2-core machine), which would count a DataLoader's prefetch as far
+    more than it is; a rank stamping its steps later than the parent received them is a
+    contradiction ``timeline`` reports, and an earlier stamp only makes the reads look further
+    ahead. Later attempts are not judged: a restart may fast-forward by reading and discarding."""
+    ledger = [x for x in ev.ledgers.get(rank, []) if x.get("ds") == dataset and int(x.get("a", 0)) == 0]
+    if not ledger or not all(isinstance(x.get("rt"), (int, float)) for x in ledger):
+        return None
+    steps = _steps_by_attempt(ev, rank).get(0, [])
+    if not steps:
+        return None
+    import bisect
+
+    # a script whose steps each consume more than the workload's batch (a batch size per rank that
+    # does not shrink with the world size) reads ahead of nothing: its own pace is the measure
+    per_step = max(per_step, len(ledger) / len(steps))
+    reads = sorted(float(x["rt"]) for x in ledger)
+    worst: dict[str, Any] | None = None
+    for r in steps:
+        stamps = [float(v) for v in (r.get("t"), r.get("rt")) if isinstance(v, (int, float))]
+        if not stamps:
+            continue
+        k = int(r["step"])
+        n = bisect.bisect_right(reads, min(stamps))
+        ahead = n - k * per_step
+        if worst is None or ahead > worst["ahead"]:
+            worst = {"step": k, "read": n, "consumed": round(k * per_step, 3), "ahead": round(ahead, 3)}
+    return worst
 
 
 def autocast_misses(ev, rank: int, dtype: str) -> dict[str, Any] | None:

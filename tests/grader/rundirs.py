@@ -38,8 +38,9 @@ class RunDirBuilder:
     def event(self, rank: int, /, **record: Any) -> RunDirBuilder:
         return self.add(rank, rundir.EVENTS, **record)
 
-    def sample(self, rank: int, index: int, dataset: str = "train", attempt: int = 0, step: int = 0):
-        return self.add(rank, rundir.SAMPLES, a=attempt, ds=dataset, i=index, s=step)
+    def sample(self, rank: int, index: int, dataset: str = "train", attempt: int = 0, step: int = 0, **more: Any):
+        """A ledger record; ``more``: fields the parent adds (``rt``, its receive time)."""
+        return self.add(rank, rundir.SAMPLES, a=attempt, ds=dataset, i=index, s=step, **more)
 
     def save_record(self, rank: int, /, **record: Any) -> RunDirBuilder:
         return self.add(rank, rundir.SAVES, **record)

@@ -188,3 +188,82 @@ def test_a_quick_measurement_near_the_bar_takes_two_more_rounds(first, later, ro
     assert len(measured["rounds"]) == rounds and measured["quick"]
     tp = summarize(measured["rounds"], spec.suspicious_factor, spec.pass_speedup)
     assert tp.passed is passed
+
+
+# -- start-up beyond the broken script's and the reference's is charged to the candidate ------------
+
+class _StartEv:
+    """A role's run: ``steps`` step records per rank at ``rate`` steps/s, the first ``startup`` s
+    after the rank's start record (parent receive times)."""
+
+    def __init__(self, rate: float, startup: float, steps: int = 32):
+        self.status = "ok"
+        self.ranks = {r: type("O", (), {"steps_per_s": rate, "steps": steps})() for r in range(2)}
+        self._startup = startup
+
+    def events(self, rank):
+        return [{"kind": "boot", "attempt": 0, "rt": 50.0}, {"kind": "start", "attempt": 0, "rt": 100.0},
+                {"kind": "step", "attempt": 0, "rt": 100.0 + self._startup + rank * 0.1, "step": 1}]
+
+
+def test_each_role_s_start_up_is_timed_from_its_start_record_to_its_first_step():
+    rates, startup = {"broken": 10.0, "candidate": 40.0, "reference": 30.0}, {"broken": 1.0, "candidate": 5.0,
+                                                                            "reference": 2.0}
+    (r,) = measure(lambda role, tag: _StartEv(rates[role], startup[role]), rounds=1, warmup_rounds=0)
+    assert r["startup_s"] == pytest.approx({role: v + 0.1 for role, v in startup.items()})  # the slower rank's
+    assert r["intervals"] == {role: 29 for role in ("broken", "candidate", "reference")}
+
+
+def _round(b: float, c: float, ref: float, rates=(2.0, 10.0, 10.0)) -> dict:
+    """A round with these start-ups (s) and steps/s (broken, candidate, reference): a broken step
+    takes 0.5 s, the others 0.1 s."""
+    return {"broken": rates[0], "candidate": rates[1], "reference": rates[2],
+            "startup_s": {"broken": b, "candidate": c, "reference": ref},
+            "intervals": {"broken": 29, "candidate": 29, "reference": 29}}
+
+
+@pytest.mark.parametrize("rounds, charge", [
+    ([_round(1.5, 1.1, 1.1)], 0.0),     # within the slower of the other two (each less a step)
+    ([_round(1.5, 1.1, 2.1)], 0.0),
+    ([_round(1.5, 1.2, 1.1)], 0.1),     # the broken's first step is its slow pipeline, not start-up
+    ([_round(1.5, 3.1, 2.1)], 1.0),     # a second beyond the reference's
+    ([_round(1.5, 15.1, 2.1)], 13.0),   # every record featurised before step 1
+    # one round's broken start-up twice the others' (a loaded machine) moves the median, not the charge
+    ([_round(1.5, 11.1, 1.1), _round(7.5, 12.1, 1.1), _round(1.5, 10.1, 1.1)], 10.0),
+    ([{"broken": 2.0, "candidate": 10.0, "reference": 10.0}], None),  # rounds of an older grading: no times
+])
+def test_the_charge_is_the_candidate_s_start_up_beyond_the_slower_of_the_others(rounds, charge):
+    from grader.throughput import startup_charge
+
+    got = startup_charge(rounds)
+    assert got == (pytest.approx(charge) if charge is not None else None)
+
+
+@pytest.mark.parametrize("extra, passed", [
+    (0.0, True),    # 4.00x
+    (0.5, True),    # 2.37x: a valid fix whose start-up is a little slower
+    (1.4, False),   # 1.36x: start-up moved work out of the window it is measured in
+    (3.0, False),   # 0.78x
+])
+def test_a_start_up_charge_can_take_a_speedup_below_the_bar(extra, passed):
+    from types import SimpleNamespace
+
+    from grader.checks.throughput import Spec, judge
+
+    # less a step each: broken 1.0 - 0.1, reference 2.025 - 1/30, candidate 2.0 + extra + 1/40 - 1/40
+    su = {"broken": 1.0, "candidate": 2.0 + extra - 1 / 30 + 1 / 40, "reference": 2.0}
+    rounds = [{"broken": 10.0, "candidate": 40.0, "reference": 30.0, "startup_s": su,
+               "intervals": {"broken": 29, "candidate": 29, "reference": 29}}] * 3
+    spec = Spec(name="throughput", target_speedup=2.5)  # pass bar 1.75x
+    ctx = SimpleNamespace(earlier=[], measurements={"throughput": {"rounds": rounds, "bound": False, "quick": False}})
+    c = judge(spec, ctx)
+    assert c.passed is passed, c.message
+    assert c.evidence["speedup"] == pytest.approx(29 / (29 / 40.0 + extra) / 10.0, abs=1e-3)
+    assert ("charged to its steps/s" in c.message) is (extra > 0)
+    if extra:
+        assert c.evidence["startup_charge_s"] == pytest.approx(extra) and c.evidence["uncharged_speedup"] == 4.0
+
+
+def test_rounds_without_start_up_times_are_judged_as_before():
+    tp = summarize([{"broken": 10.0, "candidate": 40.0, "reference": 30.0}], 2.0, 1.75)
+    assert tp.speedup == 4.0 and tp.startup_charge_s is None

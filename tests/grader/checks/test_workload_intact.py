@@ -75,12 +75,14 @@ def test_evaluations_are_judged_by_what_all_ranks_read_together(tmp_path, reads,
 # -- work done around the records: backward passes, rows fed, autocast, contradicting records ------
 
 def _work_run(root, steps=16, backward=None, rows=None, reads=None, autocast=None, attempt1=None, tail_rows=None,
-              saves=(), uploads=(), rt_lag=None, overflow=None):
+              saves=(), uploads=(), rt_lag=None, overflow=None, read_rt=False):
     """A finished 2-rank run whose step records carry the work fields. ``backward``/``rows``: step ->
     value (default 1 backward, 4 rows); ``reads``: step -> samples read during that step's iteration
     (default 4); ``autocast``: step -> dict (default {"float16": 1}); ``attempt1``: (backward passes of
     its first step, steps) of a restarted attempt; ``saves``: (dur, wall) of traced saves; ``uploads``:
-    (dur, wall) of store uploads; ``rt_lag``: step -> parent receive time minus record time."""
+    (dur, wall) of store uploads; ``rt_lag``: step -> parent receive time minus record time;
+    ``read_rt``: the ledger records carry the parent's receive time, half a second before the
+    record of the step whose iteration read them (as under the sandbox's record channel)."""
     from harness import rundir
     from tests.grader.rundirs import RunDirBuilder
 
@@ -91,7 +93,7 @@ def _work_run(root, steps=16, backward=None, rows=None, reads=None, autocast=Non
         idx = iter(order[r])
         for s in range(1, steps + 1):
             for _ in range((reads or {}).get(s, 4)):
-                b.sample(r, next(idx), step=s - 1)
+                b.sample(r, next(idx), step=s - 1, **({"rt": s - 0.5} if read_rt else {}))
             rec = {"kind": "step", "attempt": 0, "t": float(s), "step": s, "dt": 1.0, "rss_mb": 1.0, "lr": [0.1],
                    "backward_passes": (backward or {}).get(s, 1), "forward_calls": 1,
                    "forward_rows": (rows or {}).get(s, 4), "autocast": (autocast or {}).get(s, {"float16": 1})}
@@ -175,6 +177,66 @@ def test_valid_work_in_other_shapes_passes(tmp_path, kw, workload):
     assert c.passed, c.message
 
 
+# Reads ahead of the steps, in epoch shares: 64 samples, 2 ranks, a share of 32, 4 per step; 16 steps
+# read 64 samples per rank in all, however they are spread over the iterations.
+@pytest.mark.parametrize("reads, passed, says", [
+    ({}, True, "files as shipped"),                                   # each iteration reads its batch
+    ({1: 12, 2: 0, 3: 0}, True, "files as shipped"),                  # a loader prefetching 2 batches: 0.25
+    ({1: 20, 2: 0, 3: 0, 4: 0, 5: 0}, True, "files as shipped"),      # 16 ahead: half a share, the bar
+    ({1: 21, 2: 0, 3: 0, 4: 0, 5: 0, 6: 3}, False, "0.53 epoch shares (32 samples each) ahead of its steps"),
+    ({8: 36, **{s: 0 for s in range(9, 17)}}, False, "by optimizer step 8 in the main run, where its steps had "
+                                                      "consumed 32: 1.00 epoch shares"),  # the second epoch read at once
+    ({1: 64, **{s: 0 for s in range(2, 17)}}, False,                  # featurised up front, reused every epoch
+     "rank 0 had read 64 samples of 'train' by optimizer step 1 in the main run, where its steps had consumed 4: "
+     "1.88 epoch shares (32 samples each) ahead of its steps, more than 0.5"),
+])
+def test_reads_far_ahead_of_the_steps_fail(tmp_path, reads, passed, says):
+    c = _judge_work(tmp_path, main=_work_run(tmp_path / "main", reads=reads, read_rt=True))
+    assert c.passed is passed and says in c.message, c.message
+    assert c.evidence["read_ahead"]["main"][0]["shares"] == pytest.approx(
+        max(sum(reads.get(i, 4) for i in range(1, s + 1)) - 4 * s for s in range(1, 17)) / 32, abs=1e-3)
+
+
+def test_step_records_the_parent_took_late_do_not_count_as_reads_ahead(tmp_path):
+    """A busy parent takes a rank's step records in a burst, seconds late, while its loader workers'
+    reads arrive as they happen: the step's time is the earlier of the rank's stamp and the parent's."""
+    run = _work_run(tmp_path / "main", reads={1: 12, 2: 0, 3: 0}, read_rt=True, rt_lag=lambda s: 10.0)
+    c = _judge_work(tmp_path, main=run)
+    assert c.passed, c.message
+    assert c.evidence["read_ahead"]["main"][0]["shares"] == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("read_rt, attempt, judged", [
+    (False, 0, False),  # an unsandboxed run: the ledger has no receive times
+    (True, 1, False),   # a restart may fast-forward by reading and discarding
+    (True, 0, True),
+])
+def test_read_ahead_is_judged_where_the_records_can_tell(tmp_path, read_rt, attempt, judged):
+    from grader.evidence.work import read_ahead
+    from tests.grader.rundirs import RunDirBuilder
+
+    b = RunDirBuilder(tmp_path / "run")
+    for r in range(W):
+        for i in range(32):
+            b.sample(r, i, attempt=attempt, **({"rt": 0.5} if read_rt else {}))
+        for s in range(1, 9):
+            b.event(r, kind="step", attempt=attempt, t=float(s), step=s, dt=1.0, rss_mb=1.0)
+    got = read_ahead(load_run("run", b.build()), 0, "train", 4)
+    assert (got == {"step": 1, "read": 32, "consumed": 4, "ahead": 28}) if judged else got is None
+
+
+def test_a_rank_cannot_hide_reads_by_stamping_its_steps_late(tmp_path):
+    from grader.evidence.work import read_ahead
+    from tests.grader.rundirs import RunDirBuilder
+
+    b = RunDirBuilder(tmp_path / "run")
+    for i in range(32):
+        b.sample(0, i, rt=0.5)
+    for s in range(1, 9):  # stamped an hour on, received on time
+        b.event(0, kind="step", attempt=0, t=3600.0 + s, rt=float(s), step=s, dt=1.0, rss_mb=1.0)
+    assert read_ahead(load_run("run", b.build()), 0, "train", 4)["ahead"] == 28
+
+
 @pytest.mark.parametrize("overflow, backward, passed, says", [
     (8, 2, True, "files as shipped"),  # the script's own loss scaler skipped the overflowed iteration
     (None, 2, False, "rank 0 made 15 optimizer steps; the workload is 16"),  # no overflow: a step lost
@@ -239,3 +301,12 @@ def test_a_run_at_world_size_one_may_accumulate_what_two_ranks_computed(tmp_path
     assert c.passed is passed, c.message
     if not passed:
         assert "ran 3 backward passes for optimizer step 1 in the ws1 run" in c.message and "runs 2 per optimizer step at world size 1" in c.message
+
+
+def test_steps_that_each_consume_more_than_the_workloads_batch_read_ahead_of_nothing(tmp_path):
+    """A batch size per rank that does not shrink with the world size: half the steps, each twice
+    the batch. The step count fails; reading ahead is not what happened."""
+    c = _judge_work(tmp_path, main=_work_run(tmp_path / "main", steps=8, reads={s: 8 for s in range(1, 9)},
+                                             read_rt=True))
+    assert not c.passed and "made 8 optimizer steps" in c.message and "ahead of its steps" not in c.message
+    assert c.evidence["read_ahead"]["main"][0]["ahead"] == 0
