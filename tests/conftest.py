@@ -4,6 +4,7 @@ gloo on the CPU, as CI does."""
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -12,6 +13,13 @@ import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parent.parent
+
+
+def ctrl_c_reaches_it() -> None:
+    """``preexec_fn`` for a process a test will interrupt with SIGINT: a shell runs a background job
+    (`make test &`, nohup) with SIGINT ignored, Python keeps an inherited SIG_IGN, and the test's
+    Ctrl-C would then reach nothing (seen: four interrupt tests timed out in a backgrounded CI run)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def leftover_ranks(marker: str | Path) -> list[psutil.Process]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness import channel_server, rundir, sandbox
-from tests.conftest import assert_nothing_left
+from tests.conftest import assert_nothing_left, ctrl_c_reaches_it
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not sandbox.probe().ok, reason=f"no sandbox here: {sandbox.probe().reason}")]
@@ -25,7 +25,8 @@ TW = [sys.executable, "-c", "from grader.cli import main; main()"]
 
 def start(out: Path, log: Path) -> subprocess.Popen:
     return subprocess.Popen([*TW, "grade", SLUG, "--solution", "--out", str(out)], stdout=open(log, "w"),
-                            stderr=subprocess.STDOUT, env={**os.environ, "TRAINWRECK_DEBUG": "0"})
+                            stderr=subprocess.STDOUT, env={**os.environ, "TRAINWRECK_DEBUG": "0"},
+                            preexec_fn=ctrl_c_reaches_it)
 
 
 def wait_for_steps(out: Path, proc: subprocess.Popen, timeout: float = 120) -> None:

@@ -18,7 +18,7 @@ from harness import rundir
 from harness.launch import Fault, LaunchConfig, launch
 from harness.liveness import BUSY_FRACTION
 from harness.observe import observe_rank
-from tests.conftest import FIXTURES, assert_nothing_left
+from tests.conftest import FIXTURES, assert_nothing_left, ctrl_c_reaches_it
 
 pytestmark = pytest.mark.slow
 
@@ -282,7 +282,8 @@ def test_two_launchers_rendezvous_over_loopback(tmp_path):
 def test_interrupt_ends_every_rank_and_records_the_run(tmp_path, sig):
     cmd = [sys.executable, "-m", "grader.cli", "run", str(FIXTURES / "slow.py"), "--json",
            "--run-dir", str(tmp_path / "run")]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, text=True,
+                            preexec_fn=ctrl_c_reaches_it)
     deadline = time.time() + 60
     events = tmp_path / "run" / "ranks" / "1" / "events.jsonl"
     while time.time() < deadline and not (events.exists() and '"step"' in events.read_text()):

@@ -20,7 +20,7 @@ from harness.channel import CHANNEL_ENV
 from harness.errors import LaunchError
 from harness.launch import Fault, LaunchConfig, build_env, launch
 from harness.limits import Limits
-from tests.conftest import FIXTURES, assert_nothing_left
+from tests.conftest import FIXTURES, assert_nothing_left, ctrl_c_reaches_it
 
 needs_bwrap = pytest.mark.skipif(not sandbox.probe().ok, reason=f"no sandbox here: {sandbox.probe().reason}")
 
@@ -155,7 +155,8 @@ def test_a_rank_over_its_memory_cap_ends_the_run_with_status_limit(tmp_path):
 def test_interrupting_a_sandboxed_run_ends_everything_and_records_it(tmp_path, sig):
     cmd = [sys.executable, "-m", "grader.cli", "run", "--sandbox", str(FIXTURES / "slow.py"), "--json",
            "--run-dir", str(tmp_path / "run")]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, text=True,
+                            preexec_fn=ctrl_c_reaches_it)
     events = tmp_path / "run" / "ranks" / "1" / "events.jsonl"
     deadline = time.time() + 90
     while time.time() < deadline and not (events.exists() and '"step"' in events.read_text()):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import assert_nothing_left
+from tests.conftest import assert_nothing_left, ctrl_c_reaches_it
 from tests.grader.commands.practice_fakes import FakeGrader, fake_grading
 
 SLUG = "memory-leak"
@@ -216,7 +216,8 @@ def test_real_gradings_cancelled_by_a_save_and_by_ctrl_c_leave_nothing_running(t
         pytest.fail(f"no {kind} event for grading {n}: {log.read_text()[-2000:]}")
 
     with open(log, "w") as out, open(tmp_path / "watch.err", "w") as err:
-        p = subprocess.Popen([*TW, "watch", "--json"], cwd=ws, env=env, stdout=out, stderr=err)
+        p = subprocess.Popen([*TW, "watch", "--json"], cwd=ws, env=env, stdout=out, stderr=err,
+                             preexec_fn=ctrl_c_reaches_it)
     try:
         first = ranks_running(set())
         # 1: saved while grading 1's ranks run; the new version does not even parse, so grading 2
