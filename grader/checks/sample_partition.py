@@ -23,7 +23,7 @@ from pydantic import Field
 
 from grader.checks.base import Check, CheckResult, CheckSpec, Context, need, need_trained, ranges
 from grader.evidence.fingerprints import resume_point
-from grader.evidence.work import read_ahead
+from grader.evidence.work import read_ahead, step_time
 from grader.roles import FINGERPRINTS, Role, RunRequest
 from harness.launch import Fault
 
@@ -118,10 +118,10 @@ def _read_to_skip(ev, r: int, ds: str, full: list[int], k: int, tol: int = 0, pe
     if tol == 0:  # the first step's batch is read before it too: a replayed one would look the same
         return n if all(int(x.get("s", 0)) == 0 for x in recs[:n + per_step]) else 0
     first = next((e for e in ev.events(r) if e.get("kind") == "step" and int(e.get("attempt", 0)) == 1), None)
-    stamps = [float(v) for v in ((first or {}).get("t"), (first or {}).get("rt")) if isinstance(v, (int, float))]
-    if not stamps or not all(isinstance(x.get("rt"), (int, float)) for x in recs):
+    at = step_time(first)
+    if at is None or not all(isinstance(x.get("rt"), (int, float)) for x in recs):
         return 0
-    before = sum(1 for x in recs if x["rt"] <= min(stamps))
+    before = sum(1 for x in recs if x["rt"] <= at)
     return n if before >= n + per_step else 0
 
 

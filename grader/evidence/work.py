@@ -5,6 +5,7 @@ autocast dtype of the forward passes."""
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from typing import Any
 
@@ -138,23 +139,29 @@ def read_ahead(ev, rank: int, dataset: str, per_step: float) -> dict[str, Any] |
     steps = _steps_by_attempt(ev, rank).get(0, [])
     if not steps:
         return None
-    import bisect
-
     # a script whose steps each consume more than the workload's batch (a batch size per rank that
     # does not shrink with the world size) reads ahead of nothing: its own pace is the measure
     per_step = max(per_step, len(ledger) / len(steps))
     reads = sorted(float(x["rt"]) for x in ledger)
     worst: dict[str, Any] | None = None
     for r in steps:
-        stamps = [float(v) for v in (r.get("t"), r.get("rt")) if isinstance(v, (int, float))]
-        if not stamps:
+        at = step_time(r)
+        if at is None:
             continue
         k = int(r["step"])
-        n = bisect.bisect_right(reads, min(stamps))
+        n = bisect.bisect_right(reads, at)
         ahead = n - k * per_step
         if worst is None or ahead > worst["ahead"]:
             worst = {"step": k, "read": n, "consumed": round(k * per_step, 3), "ahead": round(ahead, 3)}
     return worst
+
+
+def step_time(rec: dict[str, Any] | None) -> float | None:
+    """When a step record's step happened: the earlier of the rank's own stamp and the parent's
+    receive time (a busy parent receives in bursts; a rank stamping later than the parent received
+    is a contradiction ``timeline`` reports). None where the record has neither."""
+    stamps = [float(v) for v in ((rec or {}).get("t"), (rec or {}).get("rt")) if isinstance(v, (int, float))]
+    return min(stamps) if stamps else None
 
 
 def autocast_misses(ev, rank: int, dtype: str) -> dict[str, Any] | None:
