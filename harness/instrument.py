@@ -129,12 +129,16 @@ class Recorder:
     def event(self, kind: str, **fields: Any) -> None:
         self.events.write({"kind": kind, "attempt": self.attempt, "t": time.time(), **fields})
 
-    def sample(self, dataset: str, index: int) -> None:
+    def sample(self, dataset: str, index: int | list[int]) -> None:
+        """One ledger record: one item, or the items of one batch fetch (``__getitems__``) as a list,
+        read at one moment: a record per batch instead of per item (memory-leak reads about 100k
+        items per rank, and each record is signed; through the sandbox's channel, by the parent)."""
         # DataLoader workers are forked: each process needs its own file handle.
         if self._samples is None or self._samples_pid != os.getpid():
             self._samples = channel.open_writer(self.dir / rundir.SAMPLES, self.key)
             self._samples_pid = os.getpid()
-        self._samples.write({"a": self.attempt, "ds": dataset, "i": int(index), "s": self.step})
+        i = int(index) if not isinstance(index, list) else [int(x) for x in index]
+        self._samples.write({"a": self.attempt, "ds": dataset, "i": i, "s": self.step})
 
     # -- optimizer steps -------------------------------------------------------------------
     def on_step(self, optimizer: torch.optim.Optimizer, skipped: bool = False) -> None:

@@ -1,9 +1,10 @@
 """Deterministic workloads that exercise scripts import instead of downloading data.
 
 Datasets are generated from a seed, so every run sees the same numbers. Under the harness, each
-``__getitem__`` appends ``(attempt, dataset, index, step)`` to the rank's signed sample ledger; the
-grader reads which samples each rank really consumed from there, never from the script. Outside
-the harness the ledger is a no-op and these are plain torch datasets and modules.
+``__getitem__``, and each batch fetch (``__getitems__``), appends ``(attempt, dataset, index or
+indices, step)`` to the rank's signed sample ledger; the grader reads which samples each rank
+really consumed from there, never from the script. Outside the harness the ledger is a no-op and
+these are plain torch datasets and modules.
 """
 
 from __future__ import annotations
@@ -25,13 +26,34 @@ from torch.utils.data import Dataset
 from harness import instrument, saves, store_client
 
 
-def _record(dataset: str, index: int) -> None:
+def _record(dataset: str, index: int | list[int]) -> None:
     rec = instrument.current()
     if rec is not None:
         rec.sample(dataset, index)
 
 
-class SyntheticRegression(Dataset):
+class _Ledgered(Dataset):
+    """A DataLoader batch is one fetch (``__getitems__``, which torch's map-style fetcher calls when
+    a dataset has it, ``Subset`` passing it on): one ledger record for the batch, not one per item."""
+
+    name: str
+
+    def _item(self, index: int):
+        raise NotImplementedError
+
+    def __getitem__(self, index: int):
+        _record(self.name, index)
+        return self._item(index)
+
+    def __getitems__(self, indices: list[int]) -> list:
+        if type(self).__getitem__ is not _Ledgered.__getitem__:  # a subclass's own item, per item
+            return [self[i] for i in indices]
+        indices = [int(i) for i in indices]
+        _record(self.name, indices)
+        return [self._item(i) for i in indices]
+
+
+class SyntheticRegression(_Ledgered):
     """``y = x @ w + noise`` with ``x`` standard normal: a fixed, learnable target."""
 
     def __init__(self, size: int, features: int = 32, targets: int = 1, seed: int = 0,
@@ -45,12 +67,11 @@ class SyntheticRegression(Dataset):
     def __len__(self) -> int:
         return len(self.x)
 
-    def __getitem__(self, index: int):
-        _record(self.name, index)
+    def _item(self, index: int):
         return self.x[index], self.y[index]
 
 
-class SyntheticTokens(Dataset):
+class SyntheticTokens(_Ledgered):
     """Token sequences from a fixed random bigram chain: next-token prediction has real signal."""
 
     def __init__(self, size: int, seq_len: int = 32, vocab: int = 64, seed: int = 0,
@@ -68,13 +89,12 @@ class SyntheticTokens(Dataset):
     def __len__(self) -> int:
         return len(self.seqs)
 
-    def __getitem__(self, index: int):
-        _record(self.name, index)
+    def _item(self, index: int):
         s = self.seqs[index]
         return s[:-1], s[1:]
 
 
-class SensorRecords(Dataset):
+class SensorRecords(_Ledgered):
     """Raw sensor traces as stored: each item is ``(record, target)``, the record ``length``
     little-endian int16 samples as ``bytes`` (a mix of a few tones plus noise, as a sensor would
     store it), the target a fixed function of which tones are present and how loud. Turning the
@@ -101,8 +121,7 @@ class SensorRecords(Dataset):
     def __len__(self) -> int:
         return len(self._y)
 
-    def __getitem__(self, index: int):
-        _record(self.name, index)
+    def _item(self, index: int):
         return self._blob[index * self._stride:(index + 1) * self._stride], self._y[index]
 
 
