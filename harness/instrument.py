@@ -48,17 +48,27 @@ _kept_seen: set[int] = set()
 
 
 def keep_process_groups() -> None:
-    """Hold a reference to every process group torch knows of now (cheap: a dict's keys)."""
+    """Hold a reference to every process group torch knows of now. Runs at every optimizer step, so
+    the usual case is one lookup: the registry is a dict, in the order groups were made, so a group
+    not kept yet is followed only by groups newer still, and there is none when the newest is kept."""
     try:
-        from torch.distributed import distributed_c10d as c10d
-
-        groups = list(c10d._world.pg_map)
+        pg_map = _c10d()._world.pg_map
+        if not pg_map or id(next(reversed(pg_map))) in _kept_seen:
+            return
+        groups = list(pg_map)
     except Exception:  # a torch without the registry: nothing kept, nothing broken
         return
     for g in groups:
         if id(g) not in _kept_seen:
             _kept_seen.add(id(g))
             _kept_groups.append(g)
+
+
+@functools.cache
+def _c10d():
+    from torch.distributed import distributed_c10d
+
+    return distributed_c10d
 
 
 def kept_process_groups() -> int:

@@ -55,3 +55,41 @@ def test_a_forked_child_reads_its_own_statm():
         os._exit(0 if r._pid == os.getpid() and close_to_psutil(mb) else 1)  # the ballast shows
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+class _Group:
+    pass
+
+
+@pytest.fixture
+def registry(monkeypatch):
+    """A stand-in for torch's process-group registry, with nothing kept yet."""
+    from types import SimpleNamespace
+
+    from harness import instrument
+
+    pg_map: dict = {}
+    monkeypatch.setattr(instrument, "_c10d", lambda: SimpleNamespace(_world=SimpleNamespace(pg_map=pg_map)))
+    monkeypatch.setattr(instrument, "_kept_groups", [])
+    monkeypatch.setattr(instrument, "_kept_seen", set())
+    return pg_map
+
+
+def test_every_group_made_is_kept_across_destroys(registry):
+    from harness import instrument
+
+    world, a, b, c = _Group(), _Group(), _Group(), _Group()
+    instrument.keep_process_groups()  # an empty registry: nothing to keep
+    registry[world] = "world"
+    registry[a] = "a"
+    instrument.keep_process_groups()
+    assert instrument._kept_groups == [world, a]
+    del registry[a]  # destroyed: still kept; then one made in its place, as many groups as before
+    registry[b] = "b"
+    instrument.keep_process_groups()
+    del registry[b]
+    registry[c] = "c"
+    instrument.keep_process_groups()
+    assert instrument._kept_groups == [world, a, b, c]
+    instrument.keep_process_groups()  # nothing new
+    assert instrument.kept_process_groups() == 4
