@@ -17,7 +17,7 @@ from harness import rundir, saves
 from harness.isolation import PROC_SAMPLES
 from harness.observe import RankObservation, observe_rank
 
-LEDGER_CAP = 2_000_000  # items per rank; the largest grading reads about 105k
+LEDGER_CAP = 1_000_000  # items per rank: the largest grading reads about 105k; as many dicts as 64 MB of per-item lines held
 
 
 def ledger_entries(records: list[dict[str, Any]], cap: int = LEDGER_CAP) -> list[dict[str, Any]]:
