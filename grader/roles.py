@@ -51,7 +51,8 @@ FINGERPRINTS = (("TRAINWRECK_FINGERPRINT", "1"),)  # per-step parameter fingerpr
 # activations then comes from the heap, and a small tensor kept after them (a history of 0-dim
 # losses) pins the heap's top: RSS grew ~0.45 MB per step with no memory retained (heap in use flat;
 # memory-leak/valid-no-grad-only, graded twice). A fixed threshold keeps big blocks mapped and given
-# back when freed, so RSS measures what is held (the same variant: +0.0004 MB per step).
+# back when freed, so RSS measures what is held (the same variant, 4 sandboxed runs: +0.005 to +0.006
+# MB per step). The sandbox passes the run's MALLOC_* settings (harness.sandbox.ENV_PREFIXES).
 GRADING_ENV = (("MALLOC_MMAP_THRESHOLD_", str(128 * 1024)),)
 
 

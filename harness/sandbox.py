@@ -49,7 +49,8 @@ KEY_ENV = "TRAINWRECK_KEY"
 # The environment the run keeps, by prefix or exact name; anything else of the grader's (tokens,
 # credentials, proxies, the user's PYTHON* settings) stays outside.
 ENV_PREFIXES = ("TRAINWRECK_", "TORCH_", "TORCHELASTIC_", "PYTORCH_", "NCCL_", "GLOO_", "TP_",
-                "OMP_", "KMP_", "MKL_", "CUDA_", "NVIDIA_")
+                "OMP_", "KMP_", "MKL_", "CUDA_", "NVIDIA_",
+                "MALLOC_")  # glibc's allocator settings: every grading run fixes its mmap threshold
 ENV_NAMES = ("PYTHONUNBUFFERED", "PYTHONFAULTHANDLER", "LANG", "LC_ALL", "TZ")
 # Runs inside the sandbox as its first process, before the launcher: the per-user task limit must
 # be set after the user namespace exists (set before, it would count the grader's own processes

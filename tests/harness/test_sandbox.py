@@ -93,6 +93,7 @@ def test_every_missing_parent_of_a_mount_point_is_made_0755(tmp_path):
      {"TRAINWRECK_RUN_DIR": "/r", "TORCH_X": "1", "OMP_NUM_THREADS": "1"}, []),
     ({"AWS_SECRET_ACCESS_KEY": "s", "SSH_AUTH_SOCK": "/s", "PYTHONSTARTUP": "/x.py"}, {},
      ["AWS_SECRET_ACCESS_KEY", "SSH_AUTH_SOCK", "PYTHONSTARTUP"]),
+    ({"MALLOC_MMAP_THRESHOLD_": "131072"}, {"MALLOC_MMAP_THRESHOLD_": "131072"}, []),
     ({"PYTHONPATH": "/home/u/evil", "PYTHONSAFEPATH": "0", "GLOO_SOCKET_IFNAME": "eth0"},
      {"PYTHONPATH": str(REPO), "PYTHONSAFEPATH": "1", "GLOO_SOCKET_IFNAME": "lo", "PYTHONNOUSERSITE": "1"}, []),
 ])
@@ -100,6 +101,17 @@ def test_environment_is_an_allow_list(tmp_path, given, kept, absent):
     env = sandbox_env(given, policy(tmp_path), Path.home())
     assert {k: env.get(k) for k in kept} == kept
     assert not any(k in env for k in absent)
+
+
+def test_every_grading_setting_enters(tmp_path):
+    """What every grading run is launched with reaches its ranks: the allow-list once dropped the
+    fixed mmap threshold, and a valid fix's RSS grew 0.35-0.47 MB per step in 3 of 3 sandboxed runs
+    (0.006 with it)."""
+    from grader.roles import FINGERPRINTS, GRADING_ENV
+
+    given = dict(GRADING_ENV + FINGERPRINTS)
+    env = sandbox_env(given, policy(tmp_path), Path.home())
+    assert {k: env.get(k) for k in given} == given
 
 
 def test_the_key_never_enters(tmp_path):
