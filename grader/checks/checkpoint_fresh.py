@@ -18,6 +18,7 @@ the watched version whose bytes it received."""
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -38,7 +39,13 @@ from harness.saves import FileOp, FileState, Unit
 class Spec(CheckSpec):
     """At every optimizer step, a complete checkpoint holding a step no older than ``interval`` +
     ``slack`` steps existed at ``path`` (and in each of ``copies``), from the first time one was
-    due; at the end ``path`` loads and holds the final state."""
+    due; at the end ``path`` loads and holds the final state.
+
+    Where the run has an artifact store, ``interval`` is at least the steps one upload of the
+    reference's checkpoint takes at the rate the store enforces (the store's own log), at the run's
+    median step time (the parent's clock where it has one): a checkpoint cannot be fresher than the
+    store can take them, and on a faster machine (a GPU) fifty steps take less than one upload, so a
+    bound in steps alone would fail the reference itself."""
 
     name: Literal["checkpoint_fresh"]
     path: str  # relative to the script's working dir
@@ -188,6 +195,26 @@ def _targets(spec, ev: RunEvidence, work: Path, store: StoreObjects | None,
     return out, ""
 
 
+def _store_steps(store: StoreObjects | None, ref_bytes: int | None, ev: RunEvidence,
+                 attempt: int) -> dict[str, Any]:
+    """How many of this run's steps one upload of the reference's checkpoint takes at the store's
+    enforced rate: ``{"upload_s", "step_s", "store_steps"}``, empty where there is no store, no
+    reference checkpoint or too few steps. Step times come from the parent's receive times where the
+    run has them (a rank's own clock could be made to run fast, which would loosen the bound)."""
+    rate = (store.info or {}).get("mib_per_s") if store is not None else None
+    if not rate or not ref_bytes:
+        return {}
+    ts = [float(r.get("rt", r["t"])) for r in ev.events(0)
+          if r.get("kind") == "step" and int(r.get("attempt", 0)) == attempt]
+    gaps = sorted(b - a for a, b in zip(ts, ts[1:]) if b > a)
+    if len(gaps) < 3:
+        return {}
+    upload_s = ref_bytes / (float(rate) * 2**20)
+    step_s = gaps[len(gaps) // 2]
+    return {"upload_s": round(upload_s, 3), "step_s": round(step_s, 5),
+            "store_steps": math.ceil(round(upload_s / step_s, 6)), "mib_per_s": rate}
+
+
 def judge(spec: Spec, ctx: Context) -> CheckResult:
     name = "checkpoint_fresh"
     ev = need(ctx, name, "main")
@@ -203,11 +230,13 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     final = ev.params(0)
     if final is None:
         return CheckResult(name, False, "rank 0 left no final parameters to tell checkpoints by", evidence)
-    min_bytes = None
+    min_bytes = ref_bytes = None
     ref = ctx.runs.get("reference")
     ref_ckpt = Path(ref.run_dir) / "work" / spec.path if ref is not None else None
-    if spec.min_size_of_reference > 0 and ref_ckpt is not None and ref_ckpt.exists():
-        min_bytes = int(spec.min_size_of_reference * _size(ref_ckpt))
+    if ref_ckpt is not None and ref_ckpt.exists():
+        ref_bytes = _size(ref_ckpt)
+    if spec.min_size_of_reference > 0 and ref_bytes is not None:
+        min_bytes = int(spec.min_size_of_reference * ref_bytes)
         evidence["min_bytes"] = min_bytes
     holdings = _Holdings(spec, ev, {strip_wrappers(n) for n in final}, min_bytes)
     work = (Path(ev.run_dir) / "work").resolve()
@@ -224,6 +253,14 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     targets, problem = _targets(spec, ev, work, store, evidence)
     if problem:
         return CheckResult(name, False, problem, evidence)
+    paced = _store_steps(store, ref_bytes, ev, last)
+    if paced:
+        evidence["store_pace"] = paced
+    k = max(spec.interval, paced.get("store_steps", 0))
+    evidence["interval_allowed"] = k
+    pace = (f" (one upload of the reference's checkpoint at the store's {paced['mib_per_s']:g} MiB/s takes "
+            f"{paced['upload_s']:.2f} s, {paced['store_steps']} steps of {paced['step_s'] * 1e3:.1f} ms: more "
+            f"than the interval of {spec.interval})") if k > spec.interval else ""
     for tg in targets:
         target, slack, info = tg.name, tg.slack, evidence["targets"][tg.name]
         seen: dict[tuple, int | None] = {}  # write -> step held, for the evidence
@@ -255,7 +292,7 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
                 msg = f"at step {s} there was no complete checkpoint at {target} holding a known state{why}"
             else:
                 msg = (f"at step {s} the newest complete checkpoint at {target} held step {best}: "
-                       f"{s - best} steps old, where {k} + {slack} are allowed")
+                       f"{s - best} steps old, where {k} + {slack} are allowed{pace}")
             worst = max((s2 - (b if b is not None else 0)) for s2, b in late)
             return CheckResult(name, False, f"{msg} ({len(late)} of {len(ends)} steps too far behind; "
                                f"worst {worst} steps)", evidence)
@@ -267,7 +304,7 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     steps = evidence["targets"][spec.path]["checkpoint_steps"]
     allowed = " and ".join(f"{t} held a complete checkpoint at most {k} + {i['slack']} steps old"
                            for t, i in evidence["targets"].items())
-    return CheckResult(name, True, f"at every step from {k + spec.slack} on, {allowed} (states of steps "
+    return CheckResult(name, True, f"at every step from {k + spec.slack} on, {allowed}{pace} (states of steps "
                        f"{', '.join(map(str, steps[:6]))}{', ...' if len(steps) > 6 else ''}); at the end "
                        f"{spec.path} loads and holds the final parameters", evidence)
 

@@ -266,3 +266,24 @@ def test_a_dcp_checkpoint_is_judged_as_one(tmp_path):
     assert c.evidence["targets"]["out/ckpt"]["layout"] == "dcp" and c.evidence["final"]["layout"] == "dcp"
     c = judge(tmp_path / "missing", spec, saves=dcp_checkpoints(K, missing_at=30), final_files={"out/ckpt": final})
     assert not c.passed and "at step 31 there was no complete checkpoint at out/ckpt" in c.message, c.message
+
+
+@pytest.mark.parametrize("every_k, reference, passed, says", [
+    # what the store allows: one upload of the reference's checkpoint spans 15 steps of 0.1 s
+    (15, True, True, "at most 15 + 6 steps old (one upload of the reference's checkpoint at the store's"),
+    (15, False, False, "at step 12 there was no complete checkpoint"),  # no reference checkpoint: the interval alone
+    (30, True, False, "at step 17 there was no complete checkpoint"),  # the first one due by 15 + 2
+])
+def test_the_interval_is_at_least_what_the_store_can_take(tmp_path, every_k, reference, passed, says):
+    """On a machine fast enough that an upload spans more steps than the interval, a writer that
+    uploads one checkpoint at a time (as the reference does) is bounded by the store, not late."""
+    ref = make_stall_run(tmp_path / "reference", final_ckpt=full_state(STEPS))
+    ref_bytes = (ref / "work" / "out" / "ckpt.pt").stat().st_size
+    ops, log = via_store(every_k)
+    log[0]["mib_per_s"] = ref_bytes / (1.5 * 2**20)  # 1.5 s per upload: 15 steps of DT
+    runs = {"main": load_run("main", make_stall_run(tmp_path / "main", saves=ops, store=log,
+                                                    final_ckpt=full_state(STEPS)))}
+    if reference:
+        runs["reference"] = load_run("reference", ref)
+    c = run_check(fresh(copies=["artifacts/"], copy_slack=6, min_size_of_reference=0), Context(None, runs))
+    assert c.passed is passed and says in c.message, c.message
