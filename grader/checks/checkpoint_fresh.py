@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,6 +31,7 @@ from grader.evidence import RunEvidence
 from grader.evidence.checkpoint import final_checkpoint
 from grader.evidence.fingerprints import FP_RTOL, step_fingerprints
 from grader.evidence.params import strip_wrappers
+from grader.evidence.steptimes import step_times
 from grader.evidence.store import StoreObjects, store_objects
 from grader.evidence.watched import held_at
 from grader.roles import FINGERPRINTS, Role, RunRequest
@@ -195,22 +197,20 @@ def _targets(spec, ev: RunEvidence, work: Path, store: StoreObjects | None,
     return out, ""
 
 
-def _store_steps(store: StoreObjects | None, ref_bytes: int | None, ev: RunEvidence,
-                 attempt: int) -> dict[str, Any]:
+def _store_steps(store: StoreObjects | None, ref_bytes: int | None, ev: RunEvidence) -> dict[str, Any]:
     """How many of this run's steps one upload of the reference's checkpoint takes at the store's
-    enforced rate: ``{"upload_s", "step_s", "store_steps"}``, empty where there is no store, no
-    reference checkpoint or too few steps. Step times come from the parent's receive times where the
-    run has them (a rank's own clock could be made to run fast, which would loosen the bound)."""
+    enforced rate: ``{"upload_s", "step_s", "store_steps", "mib_per_s"}``, empty where there is no
+    store, no reference checkpoint or too few steps. The median step is rank 0's by the parent's
+    clock where the run has one (``step_times``: a rank's own clock could be made to run slow,
+    which would loosen the bound)."""
     rate = (store.info or {}).get("mib_per_s") if store is not None else None
-    if not rate or not ref_bytes:
-        return {}
-    ts = [float(r.get("rt", r["t"])) for r in ev.events(0)
-          if r.get("kind") == "step" and int(r.get("attempt", 0)) == attempt]
-    gaps = sorted(b - a for a, b in zip(ts, ts[1:]) if b > a)
-    if len(gaps) < 3:
+    secs = step_times(ev, 0).seconds[1:]  # the first step of an attempt is warm-up
+    if not rate or not ref_bytes or len(secs) < 3:
         return {}
     upload_s = ref_bytes / (float(rate) * 2**20)
-    step_s = gaps[len(gaps) // 2]
+    step_s = statistics.median(secs)
+    if step_s <= 0:
+        return {}
     return {"upload_s": round(upload_s, 3), "step_s": round(step_s, 5),
             "store_steps": math.ceil(round(upload_s / step_s, 6)), "mib_per_s": rate}
 
@@ -253,7 +253,7 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     targets, problem = _targets(spec, ev, work, store, evidence)
     if problem:
         return CheckResult(name, False, problem, evidence)
-    paced = _store_steps(store, ref_bytes, ev, last)
+    paced = _store_steps(store, ref_bytes, ev)
     if paced:
         evidence["store_pace"] = paced
     k = max(spec.interval, paced.get("store_steps", 0))
