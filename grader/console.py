@@ -116,7 +116,10 @@ def run_summary(res) -> None:
     text("location: the line a rank raised at, or is blocked on (hung), or the call site of the collective "
          "it was in, or of its last one (a collective issued by DDP or FSDP shows the script's line that "
          "ran it, e.g. loss.backward())")
-    out.print(f"status: [bold {colour}]{res.status}[/]  world size {res.world_size}  device {res.device}  "
+    gpus = getattr(res, "gpus", 0)
+    shared = f" ({res.world_size} ranks share {gpus} GPU{'s' if gpus > 1 else ''})" \
+        if res.device == "cuda" and 0 < gpus < res.world_size else ""
+    out.print(f"status: [bold {colour}]{res.status}[/]  world size {res.world_size}  device {res.device}{shared}  "
               f"wall {res.wall_s:.1f} s", markup=True)
     out.print(f"run dir: {res.run_dir}", markup=False)
     if getattr(res, "cwd", None):

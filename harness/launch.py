@@ -126,6 +126,7 @@ class RunResult:
     hang: dict[str, Any] | None = None
     failure: dict[str, Any] | None = None
     device: str = "cpu"
+    gpus: int = 0  # GPUs visible to the ranks (fewer than the ranks: they share them)
     cwd: Path | None = None  # where the script ran
     pg_timeout: dict[str, Any] | None = None  # only when the harness supplied one: see _pg_timeout
     limit: dict[str, Any] | None = None  # status "limit": the limit the run went past (Violation.to_json)
@@ -138,7 +139,8 @@ class RunResult:
     def to_json(self) -> dict[str, Any]:
         return {
             "status": self.status, "run_dir": str(self.run_dir), "world_size": self.world_size,
-            "wall_s": round(self.wall_s, 3), "device": self.device, "exit_code": self.exit_code,
+            "wall_s": round(self.wall_s, 3), "device": self.device, "gpus": self.gpus,
+            "exit_code": self.exit_code,
             "cwd": str(self.cwd) if self.cwd else None, "pg_timeout": self.pg_timeout,
             "ranks": [{k: r.get(k) for k in RANK_FIELDS} for r in self.ranks],
             "hang": self.hang, "failure": self.failure, "limit": self.limit,
@@ -161,16 +163,18 @@ def gpu_count() -> int:
     return int(out.stdout.strip() or 0) if out.returncode == 0 else 0
 
 
-def resolve_device(requested: str, nproc: int) -> str:
+def resolve_device(requested: str, nproc: int) -> tuple[str, int]:
+    """The device the ranks run on and the GPUs they see. ``auto`` takes CUDA only with a GPU per
+    rank, as a script that puts rank r on ``cuda:r`` needs; ``cuda`` also runs more ranks than GPUs,
+    sharing them (NCCL refuses two ranks on one GPU, so such a script must pick gloo)."""
     if requested == "cpu":
-        return "cpu"
+        return "cpu", 0
     n = gpu_count()
     if requested == "cuda":
-        if n < nproc:
-            raise LaunchError(f"--device cuda needs {nproc} GPUs, {n} visible; "
-                              "lower --nproc or use --device cpu")
-        return "cuda"
-    return "cuda" if n >= nproc else "cpu"
+        if n == 0:
+            raise LaunchError("--device cuda needs a GPU, none is visible; use --device cpu")
+        return "cuda", n
+    return ("cuda", n) if n >= nproc else ("cpu", 0)
 
 
 def default_run_dir(script: Path) -> Path:
@@ -226,7 +230,7 @@ def launch(
     """Run the job to an outcome. ``on_progress`` gets a snapshot per poll; ``tee`` gets each new
     line of every rank's output (they are always in the rank's log files as well)."""
     cfg.validate()
-    device = resolve_device(cfg.device, cfg.nproc)
+    device, gpus = resolve_device(cfg.device, cfg.nproc)
     run_dir = (cfg.run_dir or default_run_dir(cfg.script)).resolve()
     if (run_dir / "run.json").exists():
         raise LaunchError(f"{run_dir} already holds a run; choose another --run-dir")
@@ -325,7 +329,7 @@ def launch(
             # traps), before _finish reads what the ranks sent.
             summary = iso.close() if iso is not None else None
             result = _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, device, cwd,
-                             violation, summary)
+                             violation, summary, gpus)
         finally:
             _restore(signal.SIGTERM, prev_term)
             _restore(signal.SIGINT, prev_int)
@@ -348,7 +352,7 @@ def _isolated_run(cfg: LaunchConfig, run_dir: Path, key: str, device: str) -> Is
 
 
 def _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, device, cwd,
-            violation: Violation | None = None, sandbox: dict[str, Any] | None = None) -> RunResult:
+            violation: Violation | None = None, sandbox: dict[str, Any] | None = None, gpus: int = 0) -> RunResult:
     world_size = cfg.nproc * cfg.nnodes
     observed = [observe_rank(run_dir, r, key) for r in rundir.ranks_in(run_dir)]
     failure = find_failure(run_dir, observed) if status == "failed" else None
@@ -373,7 +377,7 @@ def _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, de
         ranks.append(r)
     result = RunResult(status=status, run_dir=run_dir, world_size=world_size,
                        wall_s=time.time() - started, exit_code=exit_code,
-                       ranks=ranks, hang=hang, failure=failure, device=device, cwd=cwd,
+                       ranks=ranks, hang=hang, failure=failure, device=device, gpus=gpus, cwd=cwd,
                        pg_timeout=_pg_timeout(cfg, run_dir, key),
                        limit=violation.to_json() if violation else None, sandbox=sandbox)
     cfg_json = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}

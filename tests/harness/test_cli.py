@@ -124,7 +124,7 @@ def test_device_cuda_without_gpus_is_a_usage_error(tmp_path):
     p = tw("run", str(FIXTURES / "ddp_ok.py"), "--device", "cuda", "--run-dir", str(tmp_path / "r"),
            cwd=tmp_path, env={"CUDA_VISIBLE_DEVICES": ""})
     assert p.returncode == 2
-    assert p.stderr.strip() == "error: --device cuda needs 2 GPUs, 0 visible; lower --nproc or use --device cpu"
+    assert p.stderr.strip() == "error: --device cuda needs a GPU, none is visible; use --device cpu"
     assert not (tmp_path / "r" / "run.json").exists() and not (tmp_path / "r" / "ranks").exists()
 
 
