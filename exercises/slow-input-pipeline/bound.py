@@ -25,7 +25,7 @@ def main() -> None:
     rank = int(os.environ.get("RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    device = torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
+    device = torch.device(f"cuda:{local_rank % torch.cuda.device_count()}") if torch.cuda.is_available() else torch.device("cpu")
     batch_size = GLOBAL_BATCH // world_size
 
     torch.manual_seed(SEED)

@@ -48,14 +48,19 @@ def memory_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def gpu_per_rank() -> bool:
+    """Whether every rank on this node has a GPU of its own, as NCCL needs (ranks sharing one use gloo)."""
+    return torch.cuda.device_count() >= int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+
+
 def main() -> None:
-    dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+    dist.init_process_group(backend="nccl" if gpu_per_rank() else "gloo")
     rank = dist.get_rank()
     world_size = dist.get_world_size()
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     master_process = rank == 0
     if torch.cuda.is_available():
-        device = torch.device(f"cuda:{local_rank}")
+        device = torch.device(f"cuda:{local_rank % torch.cuda.device_count()}")
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
@@ -73,7 +78,7 @@ def main() -> None:
 
     model = MLP(FEATURES, HIDDEN, 1, DEPTH).to(device)
     raw_model = model
-    model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+    model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=WEIGHT_DECAY)
 
     history = {"train": [], "val": []}

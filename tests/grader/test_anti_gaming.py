@@ -86,9 +86,9 @@ CASES = {
     "smaller global batch": (FIXED.replace("GLOBAL_BATCH = 64", "GLOBAL_BATCH = 32"), None, ["workload_intact"]),
     "evaluates less often": (BROKEN.replace("EVAL_INTERVAL = 2", "EVAL_INTERVAL = 64"), None, ["workload_intact"]),
     "runs each rank as its own world of one":
-        (FIXED.replace('    dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")',
+        (FIXED.replace('    dist.init_process_group(backend="nccl" if gpu_per_rank() else "gloo")',
                        '    os.environ.update(WORLD_SIZE="1", RANK="0", MASTER_PORT=str(int(os.environ["MASTER_PORT"]) + 1 + int(os.environ["LOCAL_RANK"])))\n'
-                       '    dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")'),
+                       '    dist.init_process_group(backend="nccl" if gpu_per_rank() else "gloo")'),
          None, ["workload_intact"]),
     "edits a protected file (world size 1 in the manifest)":
         (FIXED, {"exercise.toml": (EX.dir / "exercise.toml").read_text().replace("world_size = 2", "world_size = 1")},
