@@ -48,34 +48,43 @@ $py -c "from harness.sandbox import probe; p = probe(); print('sandbox:', 'ok' i
     || SANDBOX="--no-sandbox"
 nproc
 
-SLUGS=$(ls exercises)
+SLUGS=$(for d in exercises/*/; do [ -f "$d/train.py" ] && basename "$d"; done)  # not the design scenarios
+WS1_SLUGS=${WS1_SLUGS:-$SLUGS}
+VERIFY_SLUGS=${VERIFY_SLUGS:-$SLUGS}
+ITEM_TIMEOUT=${ITEM_TIMEOUT:-300}      # seconds for one run or one pair's launch
+VERIFY_TIMEOUT=${VERIFY_TIMEOUT:-900}  # seconds for one exercise's verification
+DEADLINE=${DEADLINE:-100000}           # seconds after start past which no new item starts
+due() { [ "$SECONDS" -lt "$DEADLINE" ] || { echo "$(date +%T) skipped (past DEADLINE): $*"; false; }; }
 
 ws1() {  # every exercise's broken script, one rank, NCCL
-    for s in $SLUGS; do
+    for s in $WS1_SLUGS; do
+        due "ws1 $s" || continue
         mkdir -p "$WORK/ws1-$s"
-        (cd "$WORK/ws1-$s" && trainwreck run "$s" --nproc 1 --device "$DEVICE" --json --run-dir "$WORK/ws1-$s/run" \
-            > "$RES/ws1-$s.json" 2> "$WORK/ws1-$s.err"; echo "ws1 $s rc=$?")
+        (cd "$WORK/ws1-$s" && timeout "$ITEM_TIMEOUT" trainwreck run "$s" --nproc 1 --device "$DEVICE" --json --run-dir "$WORK/ws1-$s/run" \
+            > "$RES/ws1-$s.json" 2> "$WORK/ws1-$s.err"; echo "$(date +%T) ws1 $s rc=$?")
     done
 }
 
 verify_some() {  # verify at the exercises' world size (2), both ranks on the one GPU
     for s in "$@"; do
-        trainwreck verify "$s" --device "$DEVICE" $SANDBOX --json --out "$WORK/verify" > "$RES/verify-$s.json" \
+        due "verify $s" || continue
+        timeout "$VERIFY_TIMEOUT" trainwreck verify "$s" --device "$DEVICE" $SANDBOX --json --out "$WORK/verify" > "$RES/verify-$s.json" \
             2> "$WORK/verify-$s.err"
-        echo "verify $s rc=$?"; tail -3 "$WORK/verify-$s.err"
+        echo "$(date +%T) verify $s rc=$?"; tail -3 "$WORK/verify-$s.err"
     done
 }
 
 pair() {  # NAME DIR NPROC ARGS...: bare torchrun, then trainwreck run, in DIR (the script's own folder)
     local name=$1 dir=$2 n=$3; shift 3
+    due "$name" || return
     local t0 t1
     t0=$(date +%s.%N)
-    (cd "$dir" && timeout 300 $py -m torch.distributed.run --standalone --nproc-per-node="$n" "$@" \
+    (cd "$dir" && timeout "$ITEM_TIMEOUT" $py -m torch.distributed.run --standalone --nproc-per-node="$n" "$@" \
         > "$WORK/$name-bare.log" 2>&1); local rc_bare=$?
     t1=$(date +%s.%N)
     echo "$name bare torchrun: rc=$rc_bare wall=$(awk "BEGIN{print $t1 - $t0}") s; last lines:"; tail -4 "$WORK/$name-bare.log"
     t0=$(date +%s.%N)
-    (cd "$dir" && timeout 300 trainwreck run "$1" --nproc "$n" --device "$DEVICE" --json --run-dir "$WORK/$name-run" \
+    (cd "$dir" && timeout "$ITEM_TIMEOUT" trainwreck run "$1" --nproc "$n" --device "$DEVICE" --json --run-dir "$WORK/$name-run" \
         -- "${@:2}" > "$RES/$name-trainwreck.json" 2> "$WORK/$name-trainwreck.err"); local rc_tw=$?
     t1=$(date +%s.%N)
     echo "$name trainwreck run: rc=$rc_tw wall=$(awk "BEGIN{print $t1 - $t0}") s; rank 0's last lines:"
@@ -107,23 +116,38 @@ external() {
     pair ddp-ws2-one-gpu "$ddp" 2 multigpu_torchrun.py 20 10
 }
 
-for part in $PARTS; do
-    stamp "$part"
-    case $part in
-        exercises)  # four verifications at a time, the world-size-1 runs beside them; the two throughput
-                    # exercises after, by themselves
-            set -- $(echo "$SLUGS" | grep -v -e comm-bound -e slow-input-pipeline)
-            ws1 > "$WORK/ws1.log" 2>&1 &
-            verify_some "$1" "$2" & verify_some "$3" "$4" & verify_some "$5" "$6" & verify_some "$7" "$8" & wait
-            cat "$WORK/ws1.log"
+run_part() {
+    stamp "$1"
+    case $1 in
+        exercises)  # verifications four at a time, the world-size-1 runs beside them; the two throughput
+                    # exercises last, by themselves
+            local quick slow streams=("" "" "" "") i=0
+            quick=$(echo "$VERIFY_SLUGS" | tr ' ' '\n' | grep -v -e comm-bound -e slow-input-pipeline)
+            slow=$(echo "$VERIFY_SLUGS" | tr ' ' '\n' | grep -e comm-bound -e slow-input-pipeline)
+            for s in $quick; do streams[i % 4]+=" $s"; i=$((i + 1)); done
+            ws1 > "$OUT/ws1.log" 2>&1 & local pids=($!)
+            for st in "${streams[@]}"; do [ -n "$st" ] && { verify_some $st & pids+=($!); }; done
+            wait "${pids[@]}"  # by pid: a bare wait would also wait for the log's tee
+            cat "$OUT/ws1.log"
             stamp "throughput exercises"
-            verify_some comm-bound & verify_some slow-input-pipeline & wait ;;
+            pids=()
+            for s in $slow; do verify_some "$s" & pids+=($!); done
+            [ ${#pids[@]} -eq 0 ] || wait "${pids[@]}" ;;
         external) external ;;
         overhead)
             CUDA_VISIBLE_DEVICES="" $py benchmarks/harness_overhead.py --runs 5 --nproc 2
             $py benchmarks/harness_overhead.py --runs 3 --nproc 1 ;;
     esac
-done
+}
+
+if [ "${PARALLEL:-0}" = 1 ]; then  # the parts side by side: shorter, but their timings disturb each other
+    pids=()
+    for part in $PARTS; do run_part "$part" > "$OUT/part-$part.log" 2>&1 & pids+=($!); done
+    wait "${pids[@]}"
+    for part in $PARTS; do cat "$OUT/part-$part.log"; done
+else
+    for part in $PARTS; do run_part "$part"; done
+fi
 stamp summary
 $py - "$RES" <<'EOF' | tee "$OUT/summary.md"
 import json, pathlib, sys
