@@ -61,7 +61,7 @@ ws1() {  # every exercise's broken script, one rank, NCCL
         due "ws1 $s" || continue
         mkdir -p "$WORK/ws1-$s"
         (cd "$WORK/ws1-$s" && timeout "$ITEM_TIMEOUT" trainwreck run "$s" --nproc 1 --device "$DEVICE" --json --run-dir "$WORK/ws1-$s/run" \
-            > "$RES/ws1-$s.json" 2> "$WORK/ws1-$s.err"; echo "$(date +%T) ws1 $s rc=$?")
+            > "$RES/ws1-$s.json" 2> "$WORK/ws1-$s.err"; rc=$?; echo "$(date +%T) ws1 $s rc=$rc")
     done
 }
 
@@ -70,7 +70,7 @@ verify_some() {  # verify at the exercises' world size (2), both ranks on the on
         due "verify $s" || continue
         timeout "$VERIFY_TIMEOUT" trainwreck verify "$s" --device "$DEVICE" $SANDBOX --json --out "$WORK/verify" > "$RES/verify-$s.json" \
             2> "$WORK/verify-$s.err"
-        echo "$(date +%T) verify $s rc=$?"; tail -3 "$WORK/verify-$s.err"
+        local rc=$?; echo "$(date +%T) verify $s rc=$rc"; tail -3 "$WORK/verify-$s.err"
     done
 }
 
