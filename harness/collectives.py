@@ -21,10 +21,10 @@ earlier. A collective with an ``enter`` and no ``exit`` was pending: issued, and
 On NCCL, ``wait()`` returns once the stream waits for the work, so there ``exit`` means that (not
 tried here: no GPU machine).
 
-Records are buffered in the rank and leave in batches (``harness.batched``): every ``FLUSH_S``
-(0.1 s) from a thread, and at exit; a record's ``t`` is still when it happened. A rank killed with
-SIGKILL loses at most its last ``FLUSH_S`` of records (the harness's own fault injection flushes
-before it kills).
+Records are buffered in the rank and leave in batches (``Tracer.flush``): at each optimizer step,
+every ``FLUSH_S`` (0.1 s) from a thread, and at exit; a record's ``t`` is still when it happened.
+A rank killed with SIGKILL loses at most its last ``FLUSH_S`` of records (the harness's own fault
+injection flushes before it kills).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -41,7 +42,6 @@ import torch
 import torch.distributed as dist
 
 from harness import rundir
-from harness.batched import Batched
 
 # c10d operator -> the torch.distributed name a user knows it by (the ProcessGroup method behind it).
 OPS = {
@@ -183,15 +183,20 @@ def _describe(args) -> tuple[list, str | None]:
     return shapes, dtype
 
 
-class Tracer(Batched):
+FLUSH_S = 0.1  # the longest a record waits in the buffer while the rank lives
+
+
+class Tracer:
     """Writes one rank's collective records; thread-safe (futures complete on backend threads).
 
-    Records are buffered in memory and leave in batches (``harness.batched``): every ``FLUSH_S``
-    from a daemon thread (so a rank blocked in a collective has its pending ``enter`` records out
-    within ``FLUSH_S``, for the watchdog's hang report), and at exit."""
+    Records are buffered in memory and leave in batches (``flush``: one ``write_many``, so one
+    system call, instead of one per record): at every optimizer step, every ``FLUSH_S`` from a
+    daemon thread (so a rank blocked in a collective has its pending ``enter`` records out within
+    ``FLUSH_S``, for the watchdog's hang report), and at exit. Their order is kept: the buffer
+    takes them in the order they happen, and batches leave one at a time, oldest first."""
 
     def __init__(self, writer: rundir.RecordWriter, attempt: int, step: Callable[[], int]):
-        super().__init__(writer, thread_name="trainwreck-trace")
+        self._w = writer
         self._attempt = attempt
         self._step = step
         self._lock = threading.Lock()
@@ -201,10 +206,62 @@ class Tracer(Batched):
         self.plain_wait = dist.Work.wait  # torch's own, before install() wraps it
         # Called around issuing an operator and around Work.wait (the --profile "sync" phase).
         self.listeners: list[tuple[Callable[[], None], Callable[[], None]]] = []
+        self._buf: list[dict[str, Any]] = []
+        self._buf_lock = threading.Lock()  # taking a record into the buffer
+        self._flush_lock = threading.Lock()  # one batch leaves at a time, in order
+        self._flusher: threading.Thread | None = None
+        self._pid = os.getpid()
+        if hasattr(os, "register_at_fork"):  # a forked child (a DataLoader worker) starts empty
+            me = weakref.ref(self)
+            os.register_at_fork(after_in_child=lambda: (t := me()) is not None and t._after_fork())
 
     # -- records ---------------------------------------------------------------------------
     def _write(self, rec: dict[str, Any]) -> None:
-        self.write({"a": self._attempt, **rec, "t": time.time()})
+        rec = {"a": self._attempt, **rec, "t": time.time()}
+        with self._buf_lock:
+            self._buf.append(rec)
+        if self._flusher is None:
+            self._start_flusher()
+
+    def flush(self) -> None:
+        """Send what the buffer holds, in one write."""
+        with self._flush_lock:
+            with self._buf_lock:
+                batch, self._buf = self._buf, []
+            if batch:
+                self._w.write_many(batch)
+
+    def _start_flusher(self) -> None:
+        with self._buf_lock:
+            if self._flusher is not None:
+                return
+            self._flusher = threading.Thread(target=self._flush_every, args=(weakref.ref(self),),
+                                             name="trainwreck-trace", daemon=True)
+        self._flusher.start()
+
+    @staticmethod
+    def _flush_every(ref: weakref.ref) -> None:
+        """The flusher thread's loop (holds the tracer weakly: a test's tracer can go)."""
+        pid = os.getpid()
+        while True:
+            time.sleep(FLUSH_S)
+            tracer = ref()
+            if tracer is None or tracer._pid != pid or tracer._flusher is not threading.current_thread():
+                return
+            try:
+                tracer.flush()
+            except Exception:  # a closed writer at interpreter exit: nothing left to send to
+                return
+            del tracer
+
+    def _after_fork(self) -> None:
+        """In a forked child: the parent's buffered records are the parent's to send, its locks may
+        have been held by a thread that does not exist here, and the flusher thread is gone."""
+        self._buf = []
+        self._buf_lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._flusher = None
+        self._pid = os.getpid()
 
     def issue(self, op: str, args: tuple, kwargs: dict, async_op: bool | None, name: str = "") -> int:
         self.sweep()

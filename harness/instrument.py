@@ -10,7 +10,6 @@ exit.
 
 from __future__ import annotations
 
-import atexit
 import datetime
 import functools
 import gc
@@ -36,7 +35,6 @@ import torch.distributed as dist
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from harness import channel, collectives, faults, memstats, rundir, saves, work
-from harness.batched import Batched
 
 _recorder: Recorder | None = None
 
@@ -90,9 +88,6 @@ class Recorder:
         self.attempt = attempt
         self.dir = rundir.rank_dir(run_dir, rank)
         self.events = channel.open_writer(self.dir / rundir.EVENTS, key)
-        # Step records leave in batches, off the step's path; the rest at once (harness.batched).
-        self._batch = Batched(self.events, thread_name="trainwreck-events")
-        atexit.register(self._batch.flush)
         self.collectives = channel.open_writer(self.dir / rundir.COLLECTIVES, key)
         self._samples: rundir.RecordWriter | None = None
         self._samples_pid = -1
@@ -142,11 +137,7 @@ class Recorder:
 
     # -- records ---------------------------------------------------------------------------
     def event(self, kind: str, **fields: Any) -> None:
-        rec = {"kind": kind, "attempt": self.attempt, "t": time.time(), **fields}
-        if kind == "step":
-            self._batch.write(rec)
-        else:  # start, exit, faults: the parent acts on them; the steps before them go first
-            self._batch.write_now(rec)
+        self.events.write({"kind": kind, "attempt": self.attempt, "t": time.time(), **fields})
 
     def sample(self, dataset: str, index: int | list[int]) -> None:
         """One ledger record: one item, or the items of one batch fetch (``__getitems__``) as a list,
@@ -213,6 +204,7 @@ class Recorder:
         self.event("step", **rec)
         if self.tracer is not None:
             self.tracer.sweep()
+            self.tracer.flush()  # this step's collectives leave in one write
 
     # -- loss ------------------------------------------------------------------------------
     def on_backward(self, roots) -> None:
@@ -590,8 +582,7 @@ def _install_faults(rec: Recorder, faults: list[dict[str, Any]]) -> None:
 
 
 def _flush_trace(rec: Recorder) -> None:
-    """Before a SIGKILL the harness itself sends: the buffered records go first."""
-    rec._batch.flush()
+    """Before a SIGKILL the harness itself sends: the buffered collective records go first."""
     if rec.tracer is not None:
         rec.tracer.flush()
 

@@ -4,7 +4,6 @@ What a real job's trace holds is tested by launching one (test_launch, test_real
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import batched, collectives, instrument
+from harness import collectives, instrument
 
 
 class Batches:
@@ -36,7 +35,7 @@ class Batches:
 @pytest.fixture
 def slow_timer(monkeypatch):
     """The flusher thread waits longer than any test: only the flush under test sends."""
-    monkeypatch.setattr(batched, "FLUSH_S", 60.0)
+    monkeypatch.setattr(collectives, "FLUSH_S", 60.0)
 
 
 def traced(tracer: collectives.Tracer, n: int) -> None:
@@ -60,7 +59,7 @@ def test_records_wait_in_the_buffer_and_leave_in_order_in_one_batch(slow_timer):
 
 
 def test_a_blocked_rank_s_records_leave_within_the_flush_interval(monkeypatch):
-    monkeypatch.setattr(batched, "FLUSH_S", 0.05)
+    monkeypatch.setattr(collectives, "FLUSH_S", 0.05)
     w = Batches()
     tracer = collectives.Tracer(w, 0, lambda: 0)
     tracer.issue("barrier", (), {}, None, "barrier")  # entered, never completed: the hang's pending one
@@ -79,21 +78,16 @@ def test_settle_at_exit_sends_what_is_buffered(slow_timer):
     assert len(w.records()) == 4
 
 
-def test_an_optimizer_step_leaves_its_records_to_the_flusher(slow_timer, tmp_path):
-    """Nothing is signed or written on the step's own path: the collectives and the step record
-    wait for the flusher (or for a record the parent acts on, which sends them first, in order)."""
+def test_each_optimizer_step_sends_its_collectives(slow_timer, tmp_path):
     rec = instrument.Recorder(tmp_path / "run", 0, "k" * 32, 0)
     w = Batches()
     rec.tracer = collectives.Tracer(w, 0, lambda: rec.step)
     traced(rec.tracer, 2)
     rec.on_step(None)
-    events = rec.dir / "events.jsonl"
-    assert w.batches == [] and events.read_text() == ""
-    rec.event("fault", what="probe")
-    kinds = [json.loads(line)["kind"] for line in events.read_text().splitlines()]
-    assert kinds == ["step", "fault"]
-    rec.tracer.flush()
-    assert [len(b) for b in w.batches] == [4]
+    assert len(w.batches) == 1 and len(w.batches[0]) == 4
+    traced(rec.tracer, 1)
+    rec.on_step(None)
+    assert [len(b) for b in w.batches] == [4, 2]
 
 
 def test_a_forked_child_starts_with_an_empty_buffer_of_its_own(slow_timer):
