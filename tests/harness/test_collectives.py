@@ -4,6 +4,7 @@ What a real job's trace holds is tested by launching one (test_launch, test_real
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -140,3 +141,13 @@ def test_dtype_names_are_what_str_gives_without_the_module():
     shapes, dtype = collectives._describe((torch.ones(2, 3, dtype=torch.bfloat16),))
     assert (shapes, dtype) == ([[2, 3]], "bfloat16")
     assert collectives._DTYPES[torch.bfloat16] == "bfloat16"
+
+
+def test_a_step_record_is_on_disk_when_the_step_hook_returns(tmp_path):
+    """The parent timestamps each step record as it arrives: that receive time is the step-time
+    evidence the grader trusts (step_time_tail), so a step record may not wait in a buffer."""
+    rec = instrument.Recorder(tmp_path / "run", 0, "k" * 32, 0)
+    for n in (1, 2):
+        rec.on_step(None)
+        lines = (rec.dir / "events.jsonl").read_text().splitlines()
+        assert [json.loads(line)["step"] for line in lines] == list(range(1, n + 1))

@@ -227,7 +227,8 @@ def test_real_gradings_cancelled_by_a_save_and_by_ctrl_c_leave_nothing_running(t
         assert cancelled["reason"] == "saved" and not first.exists()  # the cancelled grading's folder is gone
         assert_nothing_left(first)
         refused = wait_for("error", 2)
-        assert "train.py, line 102" in refused["message"] and "fix the syntax" in refused["message"]
+        bad_line = len(shipped.splitlines()) + 2  # after the blank line the "\n" prefix makes
+        assert f"train.py, line {bad_line}" in refused["message"] and "fix the syntax" in refused["message"]
         # 2: grading 3 of a good version, stopped by Ctrl-C while its ranks run
         (ws / "train.py").write_text(shipped + "# third\n")
         third = ranks_running({first})
