@@ -14,5 +14,3 @@ def user_home() -> Path:
     ``~/.trainwreck``. Not the kit's folder (``TRAINWRECK_KIT``)."""
     home = os.environ.get("TRAINWRECK_HOME")
     return Path(home) if home else Path.home() / ".trainwreck"
-DEVICE_HELP = ("auto: CUDA where there is a GPU per rank, else CPU. cuda: also with fewer GPUs than ranks, "
-               "which then share them (NCCL refuses that: the script must pick gloo).")

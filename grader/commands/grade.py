@@ -10,8 +10,8 @@ from pathlib import Path
 import click
 
 from grader import console
+from grader.commands._options import device_option
 from grader.errors import UserError
-from harness import defaults
 
 
 @click.command("grade")
@@ -20,8 +20,7 @@ from harness import defaults
 @click.option("--solution", "kind", flag_value="solution", help="Grade the reference solution.")
 @click.option("--broken", "kind", flag_value="broken", help="Grade the broken script as shipped.")
 @click.option("--repeats", type=click.IntRange(min=1), default=None, help="Throughput rounds (default: the manifest's).")
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
-              help=defaults.DEVICE_HELP)
+@device_option
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Where result.json and the run dirs go.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("--no-sandbox", "no_sandbox", is_flag=True,

@@ -6,11 +6,12 @@ from __future__ import annotations
 import click
 
 from grader import console
+from grader.commands._options import device_option
 
 
 @click.command("record")
 @click.argument("slug")
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@device_option
 def command(slug, device):
     """Run the broken script of SLUG and keep its logs/ and baseline.json in the exercise folder."""
     from grader.exercises import find_script as find

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from grader import console
+from grader.commands._options import device_option
 from grader.errors import EXIT_FAIL, EXIT_OK, UserError
 from harness import defaults
 from harness.launch import KIT_ROOT, LaunchConfig, default_run_dir, launch
@@ -25,8 +26,7 @@ from harness.phases import read_run as read_profile
 @click.option("--rdzv-endpoint", default=None, help="HOST:PORT of the c10d rendezvous (needed with --nnodes > 1).")
 @click.option("--rdzv-id", default="trainwreck", show_default=True)
 @click.option("--max-restarts", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
-              help=defaults.DEVICE_HELP)
+@device_option
 @click.option("--hang-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
               help=f"Seconds without progress on any rank before the job counts as hung "
                    f"(default {defaults.HANG_TIMEOUT_S:g}).")

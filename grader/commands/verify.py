@@ -10,14 +10,13 @@ from pathlib import Path
 import click
 
 from grader import console
+from grader.commands._options import device_option
 from grader.errors import EXIT_FAIL, EXIT_OK, UserError
-from harness import defaults
 
 
 @click.command("verify")
 @click.argument("slugs", nargs=-1)
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
-              help=defaults.DEVICE_HELP)
+@device_option
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Where the gradings go (default .trainwreck/verify/<time>).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")

@@ -9,6 +9,7 @@ import click
 
 from grader import console
 from grader import console_practice as show
+from grader.commands._options import device_option
 from grader.commands._practice import workspace_option
 
 
@@ -16,7 +17,7 @@ from grader.commands._practice import workspace_option
 @click.option("--max-runs", type=click.IntRange(min=1), default=None,
               help="Stop after this many finished gradings (cancelled ones do not count).")
 @click.option("--repeats", type=click.IntRange(min=1), default=None, help="Throughput rounds (default: the manifest's).")
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@device_option
 @click.option("--no-clear", is_flag=True, help="Do not clear the terminal before each grading.")
 @workspace_option
 @click.option("--json", "as_json", is_flag=True, help="Print each event as one JSON object per line on stdout.")
