@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from harness.launch import Fault
+from harness.rundir import GRADING_EVIDENCE_ENV
 
 
 class Role(StrEnum):
@@ -53,7 +54,9 @@ FINGERPRINTS = (("TRAINWRECK_FINGERPRINT", "1"),)  # per-step parameter fingerpr
 # memory-leak/valid-no-grad-only, graded twice). A fixed threshold keeps big blocks mapped and given
 # back when freed, so RSS measures what is held (the same variant, 4 sandboxed runs: +0.005 to +0.006
 # MB per step). The sandbox passes the run's MALLOC_* settings (harness.sandbox.ENV_PREFIXES).
-GRADING_ENV = (("MALLOC_MMAP_THRESHOLD_", str(128 * 1024)),)
+# Every grading run also records the work behind each step and the memory counts
+# (rundir.GRADING_EVIDENCE_ENV), which a plain `trainwreck run` leaves out.
+GRADING_ENV = (("MALLOC_MMAP_THRESHOLD_", str(128 * 1024)), (GRADING_EVIDENCE_ENV, "1"))
 
 
 @dataclass

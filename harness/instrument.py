@@ -191,7 +191,7 @@ class Recorder:
             if self._fp_ord.get(id(optimizer)):
                 rec["opt"] = self._fp_ord[id(optimizer)]
         self._fp_pre = None
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        if torch.cuda.is_initialized():  # never true without a GPU, and cheaper than is_available()
             rec["cuda_alloc_mb"] = torch.cuda.memory_allocated() / 2**20
             rec["cuda_max_alloc_mb"] = torch.cuda.max_memory_allocated() / 2**20
         for more in self.step_fields:
@@ -457,8 +457,9 @@ def install(run_dir: Path, rank: int, key: str, attempt: int, pg_timeout_s: floa
 
     scaler_cls.scale = scale
     _install_backward(rec)
-    work.install(rec)  # backward passes, outermost forward calls, rows and autocast per step
-    memstats.install(rec)  # live tensors and autograd graph nodes every few steps
+    if os.environ.pop(rundir.GRADING_EVIDENCE_ENV, "0") == "1":  # gradings only: what their checks read
+        work.install(rec)  # backward passes, outermost forward calls, rows and autocast per step
+        memstats.install(rec)  # live tensors and autograd graph nodes every few steps
     faults.install_overflow(rec, os.environ.pop(faults.OVERFLOW_ENV, ""))  # gradients that overflow, for grading
 
     rec.tracer = collectives.install(rec.collectives, attempt, lambda: rec.step)

@@ -38,6 +38,10 @@ RUN_SCHEMA_VERSION = 1
 KEY_ENV = "TRAINWRECK_KEY"
 RUN_DIR_ENV = "TRAINWRECK_RUN_DIR"
 PROFILE_ENV = "TRAINWRECK_PROFILE"  # only under `trainwreck run --profile` (harness.phases)
+# "1" in every run a grading makes (grader.roles.GRADING_ENV): the work behind each step
+# (harness.work) and the memory counts (harness.memstats), which only the grader's checks read.
+# A plain `trainwreck run` goes without them: they are most of the step hook's cost.
+GRADING_EVIDENCE_ENV = "TRAINWRECK_GRADING_EVIDENCE"
 PG_TIMEOUT_ENV = "TRAINWRECK_PG_TIMEOUT"  # only when the launch asks for a process-group timeout
 
 EVENTS = "events.jsonl"

@@ -21,6 +21,9 @@ SCRIPT = textwrap.dedent('''
     import os, sys, torch, torch.nn.functional as F
     from pathlib import Path
     os.environ["TRAINWRECK_FINGERPRINT"] = "1"
+    if {graded}:
+        os.environ["TRAINWRECK_GRADING_EVIDENCE"] = "1"
+    orig_call = torch.nn.Module.__call__
     from harness import instrument
     rec = instrument.install(Path(sys.argv[1]), 0, {key!r}, 0, None)
     from harness import memstats
@@ -49,12 +52,13 @@ SCRIPT = textwrap.dedent('''
             with torch.no_grad():
                 model.net[0].weight[0, 0] += 1.0  # set by hand between steps 6 and 7
     model(x)  # after the last step: the tail
+    print("module call wrapped:", torch.nn.Module.__call__ is not orig_call)
     saved = rec.save_final_params()
     rec.event("exit", status="ok", code=0, steps=rec.step, error=None, **saved)
 ''')
 
 
-def _run(tmp_path, leak=False, nudge=False, overflow=None):
+def _run(tmp_path, leak=False, nudge=False, overflow=None, graded=True, out=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINWRECK_")}
     env["PYTHONPATH"] = str(REPO)
     env["OMP_NUM_THREADS"] = "1"
@@ -62,9 +66,11 @@ def _run(tmp_path, leak=False, nudge=False, overflow=None):
         env["TRAINWRECK_OVERFLOW_AT"] = str(overflow)
     run_dir = tmp_path / "run"
     rundir.rank_dir(run_dir, 0).mkdir(parents=True)
-    p = subprocess.run([sys.executable, "-c", SCRIPT.format(key=KEY, leak=leak, nudge=nudge), str(run_dir)],
-                       capture_output=True, text=True, env=env, cwd=tmp_path)
+    p = subprocess.run([sys.executable, "-c", SCRIPT.format(key=KEY, leak=leak, nudge=nudge, graded=graded),
+                        str(run_dir)], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
+    if out is not None:
+        out.append(p.stdout)
     return rundir.read_records(rundir.rank_dir(run_dir, 0) / rundir.EVENTS, KEY).valid
 
 
@@ -128,3 +134,21 @@ def test_the_injected_overflow_is_skipped_by_a_grad_scaler(bent):
     assert steps[8].get("skipped") and steps[8]["fp"] == steps[7]["fp"] and "fp_pre" not in steps[8]
     assert steps[9]["loss_scale"] == steps[7]["loss_scale"] / 2
     assert all(json.dumps(r["fp"]) != "NaN" for r in steps)
+
+
+WORK_FIELDS = {"backward_passes", "forward_calls", "forward_rows", "autocast"}
+MEMORY_FIELDS = {"live_tensors", "graph_nodes", "live_bytes", "mem_ms"}
+
+
+@pytest.mark.parametrize("graded", [True, False])
+def test_work_and_memory_counts_are_recorded_in_gradings_only(tmp_path, graded):
+    """A plain `trainwreck run` pays for neither: nn.Module.__call__ stays torch's own, and no step
+    record carries the counts; a grading run (rundir.GRADING_EVIDENCE_ENV) has both."""
+    out: list[str] = []
+    recs = _run(tmp_path, graded=graded, out=out)
+    fields = set().union(*(r.keys() for r in _steps(recs)))
+    assert (WORK_FIELDS <= fields, MEMORY_FIELDS <= fields) == (graded, graded)
+    assert not graded or all(WORK_FIELDS - {"autocast"} <= r.keys() for r in _steps(recs))
+    assert f"module call wrapped: {graded}" in out[0]
+    assert [r["step"] for r in _steps(recs)] == list(range(1, 13))  # the step records themselves are the same
+    assert all("loss" in r and "rss_mb" in r for r in _steps(recs))
