@@ -8,8 +8,9 @@
 #
 # exercises: `trainwreck verify` of every exercise, with the world-size-1 runs alongside;
 # external: the outside scripts, bare torchrun and `trainwreck run` one after the other, nothing else running;
-# overhead: benchmarks/harness_overhead.py on the machine's CPUs (ranks on CPU, gloo) and at world size 1 on
-# the GPU (NCCL), nothing else running.
+# overhead: benchmarks/harness_overhead.py on the machine's CPUs (ranks on CPU, gloo; OVERHEAD_RUNS rounds) and
+# at world size 1 on the GPU (NCCL; OVERHEAD_WS1=0 leaves it out), with and without the grading evidence,
+# nothing else running.
 #
 # EXT holds the outside scripts, each as its upstream repository has it (not part of the kit):
 #   $EXT/nanoGPT: train.py model.py configurator.py config/ data/shakespeare_char/{train,val}.bin,meta.pkl
@@ -135,8 +136,8 @@ run_part() {
             [ ${#pids[@]} -eq 0 ] || wait "${pids[@]}" ;;
         external) external ;;
         overhead)
-            CUDA_VISIBLE_DEVICES="" $py benchmarks/harness_overhead.py --runs 5 --nproc 2
-            $py benchmarks/harness_overhead.py --runs 3 --nproc 1 ;;
+            CUDA_VISIBLE_DEVICES="" $py benchmarks/harness_overhead.py --runs "${OVERHEAD_RUNS:-5}" --nproc 2 --grading-evidence
+            [ "${OVERHEAD_WS1:-1}" = 1 ] && $py benchmarks/harness_overhead.py --runs 3 --nproc 1 --grading-evidence ;;
     esac
 }
 

@@ -30,6 +30,7 @@ injection flushes before it kills).
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import sys
 import threading
@@ -200,7 +201,7 @@ class Tracer:
         self._attempt = attempt
         self._step = step
         self._lock = threading.Lock()
-        self._seq = 0
+        self._seqs = itertools.count(1)
         self._pending: dict[int, tuple[int, Any]] = {}  # id(Work) -> (seq, Work) until it completes
         self._main = threading.main_thread().ident
         self.plain_wait = dist.Work.wait  # torch's own, before install() wraps it
@@ -217,7 +218,10 @@ class Tracer:
 
     # -- records ---------------------------------------------------------------------------
     def _write(self, rec: dict[str, Any]) -> None:
-        rec = {"a": self._attempt, **rec, "t": time.time()}
+        self._put({"a": self._attempt, **rec, "t": time.time()})
+
+    def _put(self, rec: dict[str, Any]) -> None:
+        """Into the buffer: ``rec`` has its attempt and time already."""
         with self._buf_lock:
             self._buf.append(rec)
         if self._flusher is None:
@@ -265,24 +269,23 @@ class Tracer:
 
     def issue(self, op: str, args: tuple, kwargs: dict, async_op: bool | None, name: str = "") -> int:
         self.sweep()
-        with self._lock:
-            self._seq += 1
-            seq = self._seq
+        seq = next(self._seqs)  # itertools.count: atomic under the GIL, no lock needed
         on_main = threading.get_ident() == self._main
         site, api, by = _caller(sys._getframe(1).f_back)  # the kernel's caller
         if site is None and not on_main:  # an autograd device thread: the script is on the main thread
             main = sys._current_frames().get(self._main)
             site = user_site(main) if main is not None else None
-        shapes, dtype = _describe((*args, *kwargs.values()))
+        shapes, dtype = _describe((*args, *kwargs.values()) if kwargs else args)
         try:
             nbytes = _bytes(args[1:2] if name in _OUTPUT_FIRST else args[:1])  # the input data on this rank
         except Exception:  # a fake or meta tensor: its size is not data moved
             nbytes = None
-        rec = {"seq": seq, "op": op, "ph": "enter", "site": site, "api": api, "by": by,
+        rec = {"a": self._attempt, "seq": seq, "op": op, "ph": "enter", "site": site, "api": api, "by": by,
                "shapes": shapes, "dtype": dtype, "bytes": nbytes, "step": self._step(), "main": on_main}
         if async_op is not None:
             rec["async"] = async_op
-        self._write(rec)
+        rec["t"] = time.time()
+        self._put(rec)
         return seq
 
     def track(self, seq: int, work) -> None:
@@ -314,7 +317,7 @@ class Tracer:
 
     def _done(self, seq: int, error: BaseException | None = None) -> None:
         if error is None:
-            self._write({"seq": seq, "ph": "exit"})
+            self._put({"a": self._attempt, "seq": seq, "ph": "exit", "t": time.time()})
         else:
             self._write({"seq": seq, "ph": "error", "err": f"{type(error).__name__}: {str(error)[-300:]}"})
 
@@ -337,6 +340,8 @@ class Tracer:
         """Record the completion of works nobody waited on from Python (DDP's, the functional
         collectives'). A completed work's own ``wait`` returns at once, or raises its error: that
         tells success from failure without the deprecated ``is_success``/``exception``."""
+        if not self._pending:  # read without the lock: a work added meanwhile is seen at the next look
+            return
         with self._lock:
             entries = list(self._pending.values())
         for _seq, work in entries:
@@ -366,23 +371,31 @@ def _kernel(tracer: Tracer, name: str, opov):
     op = OPS[name]
     schema_args = [a.name for a in opov._schema.arguments]
     async_at = schema_args.index("async_op") if "async_op" in schema_args else None
+    # OpOverload.redispatch is this call behind one more Python frame: every collective of the job
+    # comes through here (DDP's bucket all-reduces included), so the frame is skipped.
+    handle = getattr(opov, "_handle", None)
+    redispatch = getattr(handle, "redispatch_boxed", None) or opov.redispatch
+    meta, after = torch._C.DispatchKey.Meta, _AFTER_BACKEND_SELECT
 
     def kernel(keyset, *args, **kwargs):
-        if keyset.has(torch._C.DispatchKey.Meta):  # shape propagation, not a collective
-            return opov.redispatch(keyset & _AFTER_BACKEND_SELECT, *args, **kwargs)
+        if keyset.has(meta):  # shape propagation, not a collective
+            return redispatch(keyset & after, *args, **kwargs)
         async_op = None
         if async_at is not None:
             async_op = bool(kwargs["async_op"] if "async_op" in kwargs
                             else args[async_at] if len(args) > async_at else True)
         seq = tracer.issue(op, args, kwargs, async_op, name)
-        tracer.enter_sync()
+        timed = bool(tracer.listeners)  # --profile's sync phase; nothing to call otherwise
+        if timed:
+            tracer.enter_sync()
         try:
-            out = opov.redispatch(keyset & _AFTER_BACKEND_SELECT, *args, **kwargs)
+            out = redispatch(keyset & after, *args, **kwargs)
         except BaseException as e:
             tracer._done(seq, e)
             raise
         finally:
-            tracer.exit_sync()
+            if timed:
+                tracer.exit_sync()
         tracer.track(seq, out[-1] if isinstance(out, tuple) else out)
         return out
 
