@@ -4,13 +4,15 @@
 # (karpathy/nanoGPT's train.py, pytorch/examples' DDP tutorial), unmodified, under bare torchrun and
 # under `trainwreck run`, at world size 1 (NCCL) and 2 (gloo, one GPU).
 #
-#   OUT=/tmp/gpu EXT=.ext benchmarks/gpu_check.sh [part...]     parts: exercises external overhead (default all)
+#   OUT=/tmp/gpu EXT=.ext benchmarks/gpu_check.sh [part...]     parts: exercises external overhead parts (default all)
 #
 # exercises: `trainwreck verify` of every exercise, with the world-size-1 runs alongside;
 # external: the outside scripts, bare torchrun and `trainwreck run` one after the other, nothing else running;
 # overhead: benchmarks/harness_overhead.py on the machine's CPUs (ranks on CPU, gloo; OVERHEAD_RUNS rounds) and
 # at world size 1 on the GPU (NCCL; OVERHEAD_WS1=0 leaves it out), with and without the grading evidence,
-# nothing else running.
+# nothing else running;
+# parts: benchmarks/harness_parts.py (each part of the harness switched off in turn, inside one job), 2 ranks on
+# the CPUs and 1 on the GPU, with and without the grading evidence.
 #
 # EXT holds the outside scripts, each as its upstream repository has it (not part of the kit):
 #   $EXT/nanoGPT: train.py model.py configurator.py config/ data/shakespeare_char/{train,val}.bin,meta.pkl
@@ -24,7 +26,7 @@ set -u
 OUT=${OUT:-/tmp/gpu_check}
 EXT=$(realpath "${EXT:-.ext}")
 ROOT=$(pwd)
-PARTS=${*:-exercises external overhead}
+PARTS=${*:-exercises external overhead parts}
 DEVICE=${DEVICE:-cuda}  # cpu: a dry run of this script on a machine without a GPU
 mkdir -p "$OUT"
 WORK=$(mktemp -d)
@@ -135,6 +137,21 @@ run_part() {
             for s in $slow; do verify_some "$s" & pids+=($!); done
             [ ${#pids[@]} -eq 0 ] || wait "${pids[@]}" ;;
         external) external ;;
+        parts)  # what each part of the harness costs per step (benchmarks/harness_parts.py), CPU ranks then the GPU
+            local dev n devs=cpu
+            [ "$DEVICE" = cuda ] && devs="cpu cuda"
+            for dev in $devs; do
+                n=2; [ "$dev" = cuda ] && n=1
+                for graded in 0 1; do
+                    due "parts $dev $graded" || continue
+                    echo "harness_parts: --device $dev --nproc $n, grading evidence $graded"
+                    TRAINWRECK_GRADING_EVIDENCE=$graded timeout "$ITEM_TIMEOUT" trainwreck run benchmarks/harness_parts.py \
+                        --nproc "$n" --device "$dev" --run-dir "$WORK/parts-$dev-$graded" -- --rounds "${PARTS_ROUNDS:-20}" \
+                        --configs "$([ "$graded" = 1 ] && echo "off;on;work;mem" || echo "off;on;trace;tracenull;step;bwd")" \
+                        > /dev/null 2>&1
+                    grep -h harness_parts "$WORK/parts-$dev-$graded/ranks/0/stdout.log" || tail -5 "$WORK/parts-$dev-$graded/ranks/0/stderr.log"
+                done
+            done ;;
         overhead)
             CUDA_VISIBLE_DEVICES="" $py benchmarks/harness_overhead.py --runs "${OVERHEAD_RUNS:-5}" --nproc 2 --grading-evidence
             [ "${OVERHEAD_WS1:-1}" = 1 ] && $py benchmarks/harness_overhead.py --runs 3 --nproc 1 --grading-evidence ;;

@@ -56,7 +56,10 @@ FINGERPRINTS = (("TRAINWRECK_FINGERPRINT", "1"),)  # per-step parameter fingerpr
 # MB per step). The sandbox passes the run's MALLOC_* settings (harness.sandbox.ENV_PREFIXES).
 # Every grading run also records the work behind each step and the memory counts
 # (rundir.GRADING_EVIDENCE_ENV), which a plain `trainwreck run` leaves out.
-GRADING_ENV = (("MALLOC_MMAP_THRESHOLD_", str(128 * 1024)), (GRADING_EVIDENCE_ENV, "1"))
+# And one intra-op thread per rank in every role, whatever the world size (torchrun leaves a one-rank
+# job all the machine's threads) and whatever the grader's own environment says: the same arithmetic,
+# the same reduction order and the same share of the cores for the submission and the reference.
+GRADING_ENV = (("MALLOC_MMAP_THRESHOLD_", str(128 * 1024)), (GRADING_EVIDENCE_ENV, "1"), ("OMP_NUM_THREADS", "1"))
 
 
 @dataclass

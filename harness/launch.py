@@ -215,7 +215,8 @@ def build_env(cfg: LaunchConfig, run_dir: Path, key: str, device: str) -> dict[s
     # shared with the workers (see DESIGN.md). Only then: otherwise launch exactly as torchrun does.
     if cfg.max_restarts > 0:
         env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
-    env.setdefault("OMP_NUM_THREADS", "1")
+    # OMP_NUM_THREADS is torchrun's to set (1 per rank when there are several per node, none for one):
+    # a one-rank job gets the machine's threads, as under torchrun. Gradings fix it (grader.roles).
     if device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
     return env

@@ -294,3 +294,23 @@ def test_interrupt_ends_every_rank_and_records_the_run(tmp_path, sig):
     assert json.loads(out)["status"] == "interrupted"
     assert rundir.load_run(tmp_path / "run")["status"] == "interrupted"
     assert_nothing_left(tmp_path)
+
+
+THREADS = "import os, torch\nprint('threads', torch.get_num_threads(), os.environ.get('OMP_NUM_THREADS'))\n"
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_a_rank_gets_the_intra_op_threads_torchrun_gives_it(tmp_path, monkeypatch, nproc):
+    """torchrun sets OMP_NUM_THREADS=1 only with several ranks per node: a one-rank job under the
+    harness must not run on one thread where bare torchrun gives it the machine's."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    script = tmp_path / "threads.py"
+    script.write_text(THREADS)
+    bare = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           f"--nproc-per-node={nproc}", str(script)], capture_output=True, text=True, timeout=120)
+    assert bare.returncode == 0, bare.stderr[-2000:]
+    res = run(tmp_path, str(script), nproc=nproc, run_dir=tmp_path / "run")
+    assert res.status == "ok"
+    seen = (tmp_path / "run" / "ranks" / "0" / "stdout.log").read_text()
+    want = next(line for line in bare.stdout.splitlines() if line.startswith("threads"))
+    assert want in seen, (want, seen)
