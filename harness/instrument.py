@@ -192,8 +192,7 @@ class Recorder:
                 rec["opt"] = self._fp_ord[id(optimizer)]
         self._fp_pre = None
         if torch.cuda.is_initialized():  # never true without a GPU, and cheaper than is_available()
-            rec["cuda_alloc_mb"] = torch.cuda.memory_allocated() / 2**20
-            rec["cuda_max_alloc_mb"] = torch.cuda.max_memory_allocated() / 2**20
+            rec["cuda_alloc_mb"], rec["cuda_max_alloc_mb"] = _cuda_allocated_mb()
         for more in self.step_fields:
             try:
                 rec.update(more())
@@ -338,6 +337,17 @@ class _RssReader:
         if self._proc is None or self._proc.pid != os.getpid():
             self._proc = psutil.Process()
         return self._proc.memory_info().rss / 2**20
+
+
+def _cuda_allocated_mb() -> tuple[float, float]:
+    """The caching allocator's allocated bytes now and at their peak, in MiB, on the current device:
+    ``memory_allocated()`` and ``max_memory_allocated()``, read from one nested stats dict (each of
+    those two builds, flattens and sorts every allocator statistic, at every optimizer step)."""
+    try:
+        b = torch.cuda.memory_stats_as_nested_dict()["allocated_bytes"]["all"]
+        return b["current"] / 2**20, b["peak"] / 2**20
+    except (KeyError, TypeError, AttributeError):  # a torch whose stats are shaped otherwise
+        return torch.cuda.memory_allocated() / 2**20, torch.cuda.max_memory_allocated() / 2**20
 
 
 def _replicated_local(t: torch.Tensor) -> torch.Tensor | None:

@@ -93,3 +93,23 @@ def test_every_group_made_is_kept_across_destroys(registry):
     assert instrument._kept_groups == [world, a, b, c]
     instrument.keep_process_groups()  # nothing new
     assert instrument.kept_process_groups() == 4
+
+
+# The allocator's statistics as torch.cuda.memory_stats_as_nested_dict gives them (a few of them).
+NESTED = {"allocated_bytes": {"all": {"current": 3 * 2**20, "peak": 7 * 2**20, "allocated": 9, "freed": 8},
+                              "small_pool": {"current": 1, "peak": 2}},
+          "num_alloc_retries": 0, "reserved_bytes": {"all": {"current": 8 * 2**20, "peak": 8 * 2**20}}}
+
+
+@pytest.mark.parametrize("nested, want", [(NESTED, (3.0, 7.0)), ({}, (0.0, 0.0))])
+def test_cuda_memory_is_what_torch_s_own_calls_report(monkeypatch, nested, want):
+    """One nested read per step gives what memory_allocated() and max_memory_allocated() give (each
+    of which flattens every statistic); stats without the key fall back to those calls."""
+    import torch
+
+    from harness import instrument
+
+    monkeypatch.setattr(torch.cuda.memory, "memory_stats_as_nested_dict", lambda device=None: nested)
+    monkeypatch.setattr(torch.cuda, "memory_stats_as_nested_dict", lambda device=None: nested)
+    by_torch = (torch.cuda.memory_allocated() / 2**20, torch.cuda.max_memory_allocated() / 2**20)
+    assert instrument._cuda_allocated_mb() == by_torch == want
