@@ -105,7 +105,9 @@ def observe_rank(run_dir: Path, rank: int, key: str | None) -> RankObservation:
             obs.n_collectives += 1
         elif r.get("ph") == "exit":
             done = entered.pop(r["seq"], None)
-            if done:
+            # the one issued last: a DDP bucket's completion is often seen after a later collective's
+            # (at the next look at the open works), so the exit records' order is not the issue order
+            if done and (obs.last_collective is None or done["seq"] > obs.last_collective["seq"]):
                 obs.last_collective = done
         elif r.get("ph") == "error":
             failed = entered.pop(r["seq"], None)

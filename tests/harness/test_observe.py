@@ -85,3 +85,21 @@ def test_last_location_prefers_where_the_rank_raised(tmp_path):
 def test_display_path_is_relative_under_the_cwd(tmp_path, monkeypatch, site, shown):
     monkeypatch.chdir(tmp_path)
     assert display_path(site.format(cwd=tmp_path) if site else site) == shown
+
+
+@pytest.mark.parametrize("exits, last_seq, location", [
+    ([1, 2], 2, "/work/ex/train.py:32"),
+    ([2, 1], 2, "/work/ex/train.py:32"),  # the bucket's completion seen after the later all_reduce returned
+    ([1], 1, "/work/ex/train.py:32"),     # the later one never returned: the rank is in it
+])
+def test_the_last_collective_is_the_last_issued_whatever_order_they_are_seen_done_in(tmp_path, exits, last_seq,
+                                                                                      location):
+    """DDP's bucket all-reduce (issued in backward) is seen complete at the next look at the open works,
+    which can come after the script's own later collective has returned."""
+    col = rundir.RecordWriter(rundir.rank_dir(tmp_path, 0) / rundir.COLLECTIVES, KEY)
+    col.write({"a": 0, "seq": 1, "op": "all_reduce", "ph": "enter", "site": "/work/ex/train.py:28", "by": "backward"})
+    col.write({"a": 0, "seq": 2, "op": "all_reduce", "ph": "enter", "site": "/work/ex/train.py:32"})
+    for seq in exits:
+        col.write({"a": 0, "seq": seq, "ph": "exit"})
+    obs = observe_rank(tmp_path, 0, KEY)
+    assert obs.last_collective["seq"] == last_seq and obs.last_location == location
