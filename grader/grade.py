@@ -28,7 +28,7 @@ from grader.exercises import Exercise, kit_root
 from grader.judge import judge
 from grader.manifest import Manifest
 from grader.result import Flag, GradeResult, Isolation, SubmissionInfo
-from grader.roles import FINGERPRINTS, GRADING_ENV, Plan, Role, RunRequest
+from grader.roles import FINGERPRINTS, Plan, Role, RunRequest, grading_env
 from grader.submission import Submission, assemble, check_source, files_digest
 from grader.throughput import job_rate
 from harness import sandbox
@@ -82,7 +82,7 @@ def run_role(ex: Exercise, script_dir: Path, run_dir: Path, role: str, device: s
     The run dir is sealed once the run has ended (``grader.sealing``)."""
     m = ex.manifest
     (run_dir / "work").mkdir(parents=True, exist_ok=True)
-    env = {**dict(GRADING_ENV), **(env or {})}
+    env = grading_env(env)
     if overflow and m.run.overflow_at_step is not None:  # every role meets the same fault, the reference too
         env[OVERFLOW_ENV] = str(m.run.overflow_at_step)
     cfg = LaunchConfig(script=script_dir / (script or m.entry), script_args=[] if script else list(m.run.args),

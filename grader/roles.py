@@ -62,6 +62,11 @@ FINGERPRINTS = (("TRAINWRECK_FINGERPRINT", "1"),)  # per-step parameter fingerpr
 GRADING_ENV = (("MALLOC_MMAP_THRESHOLD_", str(128 * 1024)), (GRADING_EVIDENCE_ENV, "1"), ("OMP_NUM_THREADS", "1"))
 
 
+def grading_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """A grading run's environment: ``GRADING_ENV``, then what the run's request adds (fingerprints)."""
+    return {**dict(GRADING_ENV), **(extra or {})}
+
+
 @dataclass
 class Plan:
     """The runs of one grading, in the order they launch (main first), and whether the reference

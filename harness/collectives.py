@@ -217,9 +217,6 @@ class Tracer:
             os.register_at_fork(after_in_child=lambda: (t := me()) is not None and t._after_fork())
 
     # -- records ---------------------------------------------------------------------------
-    def _write(self, rec: dict[str, Any]) -> None:
-        self._put({"a": self._attempt, **rec, "t": time.time()})
-
     def _put(self, rec: dict[str, Any]) -> None:
         """Into the buffer: ``rec`` has its attempt and time already."""
         with self._buf_lock:
@@ -316,10 +313,11 @@ class Tracer:
         self._done(entry[0], error)
 
     def _done(self, seq: int, error: BaseException | None = None) -> None:
-        if error is None:
-            self._put({"a": self._attempt, "seq": seq, "ph": "exit", "t": time.time()})
-        else:
-            self._write({"seq": seq, "ph": "error", "err": f"{type(error).__name__}: {str(error)[-300:]}"})
+        rec: dict[str, Any] = {"a": self._attempt, "seq": seq, "ph": "exit" if error is None else "error"}
+        if error is not None:
+            rec["err"] = f"{type(error).__name__}: {str(error)[-300:]}"
+        rec["t"] = time.time()
+        self._put(rec)
 
     def settle(self, grace_s: float = 1.0) -> None:
         """At the rank's exit: a work whose future has completed may not say so for a few more

@@ -23,7 +23,7 @@ sys.path.insert(0, str(HERE))
 from grader.checks import completes, memory_flat, sample_partition, workload_intact  # noqa: E402
 from grader.checks.base import CheckResult, Context  # noqa: E402
 from grader.evidence import load_run  # noqa: E402
-from grader.roles import GRADING_ENV, Role, RunRequest  # noqa: E402
+from grader.roles import Role, RunRequest, grading_env  # noqa: E402
 from harness.launch import LaunchConfig, launch  # noqa: E402
 from harness.store_service import StoreConfig  # noqa: E402
 
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         run_dir = out / name
         (run_dir / "work").mkdir(parents=True, exist_ok=True)
         settings = req.launch_settings()
-        settings["env"] = {**dict(GRADING_ENV), **settings["env"]}  # the evidence its checks read, as in a grading
+        settings["env"] = grading_env(settings["env"])  # the evidence its checks read, as in a grading
         launch(LaunchConfig(script=folder / spec.entry, script_args=list(spec.run.args),
                             hang_timeout=spec.run.hang_timeout, startup_timeout=spec.run.startup_timeout,
                             timeout=spec.run.timeout, pg_timeout=spec.run.pg_timeout, run_dir=run_dir,
