@@ -133,10 +133,18 @@ def test_crash_on_one_rank_names_it_with_its_traceback(tmp_path):
     r0, r1 = res.ranks
     assert r1["last_location"].endswith("crash.py:15") and r1["exit_code"] == 1 and r1["steps"] == 4
     assert r1["location_kind"] == "raised"
-    assert r0["last_location"].endswith("crash.py:17") and r0["location_kind"] == "raised"  # lost its peer there
+    # Rank 0 lost its peer in the all_reduce on line 17. Whether it raised there first or torchrun
+    # ended it still waiting is a race between gloo seeing the closed socket and the agent's monitor
+    # seeing rank 1's exit (a loaded CI machine gave the second): either way the line is the same,
+    # and an error is recorded only where it raised.
+    assert r0["last_location"].endswith("crash.py:17"), r0
     key = rundir.load_run(res.run_dir)["key"]
-    failed = observe_rank(res.run_dir, 0, key).pending_collective
-    assert failed["op"] == "all_reduce" and "Connection closed by peer" in failed["error"]
+    lost = observe_rank(res.run_dir, 0, key).pending_collective
+    assert lost["op"] == "all_reduce"
+    if r0["location_kind"] == "raised":
+        assert "Connection closed by peer" in lost["error"]
+    else:
+        assert r0["location_kind"] == "pending collective" and "error" not in lost, r0
 
 
 def test_killed_rank_is_named_not_the_peer_that_lost_it(tmp_path):
