@@ -88,17 +88,20 @@ def _classify(code) -> tuple[bool, str | None, tuple[str, ...]]:
     return not is_library(fn), api, tuple(label for frag, label in _BY if frag in fn)
 
 
-# Code object -> _classify(code): every frame between a collective and the script is classified
-# once per process, not at every collective (the walk is most of an ``enter`` record's cost). The
-# keys keep those code objects alive: the functions of torch and of the script that issue
-# collectives, a few hundred at most.
-_CODES: dict[Any, tuple[bool, str | None, tuple[str, ...]]] = {}
+# id(code object) -> _classify(code): every frame between a collective and the script is classified
+# once per process, not at every collective (the walk is most of an ``enter`` record's cost). By id:
+# a code object's hash is computed from its bytecode and constants at every lookup (about 0.2 us,
+# several frames per collective). _KEPT holds the code objects so no id is reused: the functions of
+# torch and of the script that issue collectives, a few hundred at most.
+_CODES: dict[int, tuple[bool, str | None, tuple[str, ...]]] = {}
+_KEPT: list[Any] = []
 
 
 def _code_info(code) -> tuple[bool, str | None, tuple[str, ...]]:
-    info = _CODES.get(code)
+    info = _CODES.get(id(code))
     if info is None:
-        info = _CODES[code] = _classify(code)
+        info = _CODES[id(code)] = _classify(code)
+        _KEPT.append(code)
     return info
 
 
@@ -264,7 +267,12 @@ class Tracer:
         self._flusher = None
         self._pid = os.getpid()
 
-    def issue(self, op: str, args: tuple, kwargs: dict, async_op: bool | None, name: str = "") -> int:
+    def issue(self, op: str, args: tuple, kwargs: dict, async_op: bool | None, name: str = "",
+              data_at: tuple[int, ...] | None = None) -> int:
+        """``data_at``: the positions of the operator's tensor arguments, from its schema (None: look
+        at every argument). The others are process groups, ops and options as TorchScript objects,
+        and an ``isinstance`` of one of those looks for a ``__class__`` attribute through its
+        ``__getattr__``: about a microsecond each, several per collective."""
         self.sweep()
         seq = next(self._seqs)  # itertools.count: atomic under the GIL, no lock needed
         on_main = threading.get_ident() == self._main
@@ -272,7 +280,10 @@ class Tracer:
         if site is None and not on_main:  # an autograd device thread: the script is on the main thread
             main = sys._current_frames().get(self._main)
             site = user_site(main) if main is not None else None
-        shapes, dtype = _describe((*args, *kwargs.values()) if kwargs else args)
+        if kwargs or data_at is None:
+            shapes, dtype = _describe((*args, *kwargs.values()) if kwargs else args)
+        else:
+            shapes, dtype = _describe([args[i] for i in data_at if i < len(args)])
         try:
             nbytes = _bytes(args[1:2] if name in _OUTPUT_FIRST else args[:1])  # the input data on this rank
         except Exception:  # a fake or meta tensor: its size is not data moved
@@ -365,10 +376,17 @@ class Tracer:
             leave()
 
 
+def data_positions(opov) -> tuple[int, ...]:
+    """The positions of an operator's tensor arguments (``Tensor``, ``Tensor?``, ``Tensor[]``,
+    ``Tensor[][]``), from its schema."""
+    return tuple(i for i, a in enumerate(opov._schema.arguments) if "Tensor" in str(a.type))
+
+
 def _kernel(tracer: Tracer, name: str, opov):
     op = OPS[name]
     schema_args = [a.name for a in opov._schema.arguments]
     async_at = schema_args.index("async_op") if "async_op" in schema_args else None
+    data_at = data_positions(opov)
     # OpOverload.redispatch is this call behind one more Python frame: every collective of the job
     # comes through here (DDP's bucket all-reduces included), so the frame is skipped.
     handle = getattr(opov, "_handle", None)
@@ -382,7 +400,7 @@ def _kernel(tracer: Tracer, name: str, opov):
         if async_at is not None:
             async_op = bool(kwargs["async_op"] if "async_op" in kwargs
                             else args[async_at] if len(args) > async_at else True)
-        seq = tracer.issue(op, args, kwargs, async_op, name)
+        seq = tracer.issue(op, args, kwargs, async_op, name, data_at)
         timed = bool(tracer.listeners)  # --profile's sync phase; nothing to call otherwise
         if timed:
             tracer.enter_sync()

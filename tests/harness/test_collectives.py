@@ -129,12 +129,13 @@ def test_the_caller_is_the_script_line_through_torch_frames_and_each_code_is_cla
     here = Path(__file__).resolve()
     assert first == (f"{here}:{line - 1}", "all_reduce", None)
     assert second == (f"{here}:{line + 1}", "all_reduce", None)
-    assert collectives._CODES[all_reduce.__code__] == (False, "all_reduce", ())
+    assert collectives._CODES[id(all_reduce.__code__)] == (False, "all_reduce", ())
     me = sys._getframe().f_code
-    assert collectives._CODES[me][0] is True  # this file is the script here
+    assert collectives._CODES[id(me)][0] is True  # this file is the script here
     cached = dict(collectives._CODES)
     all_reduce(look)
     assert collectives._CODES == cached  # nothing classified again
+    assert all(any(c is code for code in collectives._KEPT) for c in (all_reduce.__code__, me))  # ids not reused
 
 
 def test_dtype_names_are_what_str_gives_without_the_module():
@@ -151,3 +152,20 @@ def test_a_step_record_is_on_disk_when_the_step_hook_returns(tmp_path):
         rec.on_step(None)
         lines = (rec.dir / "events.jsonl").read_text().splitlines()
         assert [json.loads(line)["step"] for line in lines] == list(range(1, n + 1))
+
+
+@pytest.mark.parametrize("name, args, shapes", [
+    ("allreduce_", lambda t, o: ([t], o, o, None, True, -1), [[[3, 2]]]),
+    ("allgather_", lambda t, o: ([[t, t]], [t], o, True, -1), [[[3, 2], [3, 2]], [[3, 2]]]),
+    ("_allgather_base_", lambda t, o: (t, t[:1], o, True, -1), [[3, 2], [1, 2]]),
+    ("barrier", lambda t, o: (t, o, [], True, -1), [[3, 2]]),
+    ("send", lambda t, o: ([t], o, 1, 0), [[[3, 2]]]),
+])
+def test_the_tensor_arguments_the_schema_names_describe_a_call_as_all_of_them_do(name, args, shapes):
+    # The kernel describes only the arguments the schema types as tensors (a TorchScript object's
+    # isinstance is slow): the same shapes and dtype as looking at every argument.
+    opov = getattr(torch.ops.c10d, name).default
+    t = torch.zeros(3, 2, dtype=torch.bfloat16)
+    call = args(t, object())
+    at = collectives.data_positions(opov)
+    assert collectives._describe([call[i] for i in at]) == collectives._describe(call) == (shapes, "bfloat16")
