@@ -8,6 +8,14 @@ harness's work alone, not the training or the communication around it.
 
 Rank 0 prints medians in microseconds (``harness_calls ...``). Medians, because a loaded machine
 and the periodic work (the live-tensor count every few steps) make the means move.
+
+Then two lines on where a training step's harness time goes:
+- ``harness_per_step``: each part's thread CPU time summed over a step, meaned over the steps
+  (``issue``, ``track`` and ``sweep`` run once per collective or more; ``on_step`` includes the step
+  record's ``write`` and the trace's ``flush``);
+- ``harness_cold``: one step record signed with the caches warm (back to back) and cold (after a
+  matmul and a pass over 4 MB, as in a training step): what the harness's Python costs between
+  torch's kernels is several times what a microbenchmark of it says.
 """
 from __future__ import annotations
 
@@ -20,23 +28,55 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from harness import instrument
+from harness import instrument, rundir
 
 WIDTH, DEPTH, BATCH = 256, 8, 64
 
 
-def timed(obj, attr: str, into: list[float]) -> None:
+def timed(obj, attr: str, into: list[float], clock=time.perf_counter_ns) -> None:
     """Replace ``obj.attr`` (looked up per call by its callers) with a wrapper that times each call."""
     fn = getattr(obj, attr)
 
     def wrapper(*args, **kwargs):
-        t = time.perf_counter_ns()
+        t = clock()
         try:
             return fn(*args, **kwargs)
         finally:
-            into.append((time.perf_counter_ns() - t) / 1e3)
+            into.append((clock() - t) / 1e3)
 
     setattr(obj, attr, wrapper)
+
+
+def per_step(rec: instrument.Recorder, step, steps: int) -> dict[str, float]:
+    """Thread CPU microseconds per training step of each harness part (a fresh set of wrappers)."""
+    parts = {"on_step": (rec, "on_step"), "write": (rec.events, "write"), "flush": (rec.tracer, "flush"),
+             "issue": (rec.tracer, "issue"), "track": (rec.tracer, "track"), "sweep": (rec.tracer, "sweep"),
+             "on_backward": (rec, "on_backward")}
+    calls: dict[str, list[float]] = {name: [] for name in parts}
+    for name, (obj, attr) in parts.items():
+        timed(obj, attr, calls[name], clock=time.thread_time_ns)
+    for _ in range(steps):
+        step()
+    return {name: sum(v) / steps for name, v in calls.items()}
+
+
+def cold_sign(key: str, n: int = 200) -> tuple[float, float]:
+    """Median thread CPU microseconds of signing one step record, caches warm and cold."""
+    record = {"kind": "step", "attempt": 0, "t": time.time(), "step": 100, "dt": 0.0075, "rss_mb": 512.3,
+              "lr": [0.001], "loss": 0.123456, "n_backward": 1}
+    a, b, big = torch.randn(512, 512), torch.randn(512, 512), torch.randn(1 << 20)
+    out = []
+    for cold in (False, True):
+        times = []
+        for _ in range(n):
+            if cold:
+                a @ b
+                big.sum()
+            t = time.thread_time_ns()
+            rundir.sign(record, key)
+            times.append((time.thread_time_ns() - t) / 1e3)
+        out.append(statistics.median(times))
+    return out[0], out[1]
 
 
 def main() -> None:
@@ -75,11 +115,17 @@ def main() -> None:
     t = torch.ones(1024)
     for _ in range(args.collectives):
         dist.all_reduce(t)  # synchronous: enter at the call, exit when its Work.wait returns
+    med = statistics.median
+    calls = (f"harness_calls pid={os.getpid()} on_step_us={med(on_step):.1f} issue_us={med(issue):.1f} "
+             f"finished_us={med(done):.1f} enter_exit_us={med(issue) + med(done):.1f} "
+             f"(medians of {len(on_step)} steps and {len(issue)} all_reduces)")
+    parts = per_step(rec, step, args.steps)  # wraps the wrappers: the lists above are read already
+    warm, cold = cold_sign(rundir.new_key())
     if dist.get_rank() == 0:
-        med = statistics.median
-        print(f"harness_calls pid={os.getpid()} on_step_us={med(on_step):.1f} issue_us={med(issue):.1f} "
-              f"finished_us={med(done):.1f} enter_exit_us={med(issue) + med(done):.1f} "
-              f"(medians of {len(on_step)} steps and {len(issue)} all_reduces)", flush=True)
+        print(calls, flush=True)
+        print("harness_per_step " + " ".join(f"{k}_us={v:.1f}" for k, v in parts.items())
+              + f" (thread CPU per step, mean of {args.steps} steps)", flush=True)
+        print(f"harness_cold sign_warm_us={warm:.1f} sign_cold_us={cold:.1f} (medians, thread CPU)", flush=True)
     dist.destroy_process_group()
 
 

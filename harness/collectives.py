@@ -188,16 +188,19 @@ def _describe(args) -> tuple[list, str | None]:
 
 
 FLUSH_S = 0.1  # the longest a record waits in the buffer while the rank lives
+FLUSH_CHUNK = 64  # records signed per write: about 0.5 ms of the GIL on the 2-core machine
 
 
 class Tracer:
     """Writes one rank's collective records; thread-safe (futures complete on backend threads).
 
     Records are buffered in memory and leave in batches (``flush``: one ``write_many``, so one
-    system call, instead of one per record): at every optimizer step, every ``FLUSH_S`` from a
-    daemon thread (so a rank blocked in a collective has its pending ``enter`` records out within
-    ``FLUSH_S``, for the watchdog's hang report), and at exit. Their order is kept: the buffer
-    takes them in the order they happen, and batches leave one at a time, oldest first."""
+    system call, instead of one per record): every ``FLUSH_S`` from a daemon thread (so a rank
+    blocked in a collective has its pending ``enter`` records out within ``FLUSH_S``, for the
+    watchdog's hang report), and at exit. Not at each optimizer step: between torch's kernels the
+    caches are cold, and signing a record there costs several times what it costs in a batch of
+    a few steps' records (``benchmarks/harness_calls.py``: 35 against 7 us). Their order is kept:
+    the buffer takes them in the order they happen, and batches leave one at a time, oldest first."""
 
     def __init__(self, writer: rundir.RecordWriter, attempt: int, step: Callable[[], int]):
         self._w = writer
@@ -228,12 +231,14 @@ class Tracer:
             self._start_flusher()
 
     def flush(self) -> None:
-        """Send what the buffer holds, in one write."""
+        """Send what the buffer holds, a write per ``FLUSH_CHUNK`` records: each write lets go of
+        the GIL, so the training thread waits at most one chunk's signing for it (a fast GPU job
+        issues a few hundred collectives in ``FLUSH_S``)."""
         with self._flush_lock:
             with self._buf_lock:
                 batch, self._buf = self._buf, []
-            if batch:
-                self._w.write_many(batch)
+            for i in range(0, len(batch), FLUSH_CHUNK):
+                self._w.write_many(batch[i:i + FLUSH_CHUNK])
 
     def _start_flusher(self) -> None:
         with self._buf_lock:

@@ -201,9 +201,8 @@ class Recorder:
         # The harness's own work at this step (fingerprints, counts) is no step's time.
         self._last_t = time.time()
         self.event("step", **rec)
-        if self.tracer is not None:
+        if self.tracer is not None:  # completions seen now; the records leave with the trace's next batch
             self.tracer.sweep()
-            self.tracer.flush()  # this step's collectives leave in one write
 
     # -- loss ------------------------------------------------------------------------------
     def on_backward(self, roots) -> None:

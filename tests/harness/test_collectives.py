@@ -59,6 +59,18 @@ def test_records_wait_in_the_buffer_and_leave_in_order_in_one_batch(slow_timer):
     assert w.records()[0]["step"] == 7 and w.records()[0]["dtype"] == "float32"
 
 
+def test_a_long_buffer_leaves_in_chunks_in_order(slow_timer, monkeypatch):
+    # Each write lets the training thread take the GIL: a batch of a fast job's records is not
+    # signed in one go.
+    monkeypatch.setattr(collectives, "FLUSH_CHUNK", 4)
+    w = Batches()
+    tracer = collectives.Tracer(w, 0, lambda: 1)
+    traced(tracer, 5)
+    tracer.flush()
+    assert [len(b) for b in w.batches] == [4, 4, 2]
+    assert [(r["seq"], r["ph"]) for r in w.records()] == [(s, ph) for s in range(1, 6) for ph in ("enter", "exit")]
+
+
 def test_a_blocked_rank_s_records_leave_within_the_flush_interval(monkeypatch):
     monkeypatch.setattr(collectives, "FLUSH_S", 0.05)
     w = Batches()
@@ -79,16 +91,24 @@ def test_settle_at_exit_sends_what_is_buffered(slow_timer):
     assert len(w.records()) == 4
 
 
-def test_each_optimizer_step_sends_its_collectives(slow_timer, tmp_path):
+class Completed:
+    """A work nobody waits on from Python (a DDP bucket's), already complete."""
+
+    def is_completed(self) -> bool:
+        return True
+
+
+def test_an_optimizer_step_notes_completions_and_leaves_the_sending_to_the_batches(slow_timer, tmp_path):
     rec = instrument.Recorder(tmp_path / "run", 0, "k" * 32, 0)
     w = Batches()
     rec.tracer = collectives.Tracer(w, 0, lambda: rec.step)
-    traced(rec.tracer, 2)
+    rec.tracer.plain_wait = lambda work: None
+    rec.tracer.track(rec.tracer.issue("all_reduce", (torch.ones(4),), {}, True, "allreduce_"), Completed())
     rec.on_step(None)
-    assert len(w.batches) == 1 and len(w.batches[0]) == 4
-    traced(rec.tracer, 1)
-    rec.on_step(None)
-    assert [len(b) for b in w.batches] == [4, 2]
+    assert w.batches == []  # nothing signed at the step: between torch's kernels that is what costs
+    assert [r["ph"] for r in rec.tracer._buf] == ["enter", "exit"]  # its completion seen at the step
+    rec.tracer.flush()
+    assert [[r["ph"] for r in b] for b in w.batches] == [["enter", "exit"]]
 
 
 def test_a_forked_child_starts_with_an_empty_buffer_of_its_own(slow_timer):
