@@ -21,8 +21,8 @@ earlier. A collective with an ``enter`` and no ``exit`` was pending: issued, and
 On NCCL, ``wait()`` returns once the stream waits for the work, so there ``exit`` means that (not
 tried here: no GPU machine).
 
-Records are buffered in the rank and leave in batches (``Tracer.flush``): at each optimizer step,
-every ``FLUSH_S`` (0.1 s) from a thread, and at exit; a record's ``t`` is still when it happened.
+Records are buffered in the rank and leave in batches (``Tracer.flush``): every ``FLUSH_S`` (0.1 s)
+from a thread, and at exit; a record's ``t`` is still when it happened.
 A rank killed with SIGKILL loses at most its last ``FLUSH_S`` of records (the harness's own fault
 injection flushes before it kills).
 """
