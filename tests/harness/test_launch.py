@@ -304,7 +304,9 @@ def test_interrupt_ends_every_rank_and_records_the_run(tmp_path, sig):
     assert_nothing_left(tmp_path)
 
 
-THREADS = "import os, torch\nprint('threads', torch.get_num_threads(), os.environ.get('OMP_NUM_THREADS'))\n"
+# Rank 0 only: two ranks printing to bare torchrun's one stdout can interleave ("threadsthreads 1 1").
+THREADS = ("import os, torch\nif os.environ['RANK'] == '0':\n"
+           "    print('threads', torch.get_num_threads(), os.environ.get('OMP_NUM_THREADS'), flush=True)\n")
 
 
 @pytest.mark.parametrize("nproc", [1, 2])
