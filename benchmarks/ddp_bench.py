@@ -8,20 +8,14 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
+from ddp_model import build
 
-STEPS, WARMUP, WIDTH, DEPTH, BATCH = 300, 20, 256, 8, 64
+STEPS, WARMUP = 300, 20
 
 dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
 local_rank = int(os.environ.get("LOCAL_RANK", 0))
 device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
-torch.manual_seed(0)
-layers = []
-for _ in range(DEPTH):
-    layers += [torch.nn.Linear(WIDTH, WIDTH), torch.nn.ReLU()]
-model = DDP(torch.nn.Sequential(*layers).to(device))
-opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-x = torch.randn(BATCH, WIDTH, device=device)
+model, opt, x = build(device)
 for step in range(STEPS):
     if step == WARMUP:
         t0 = time.perf_counter()

@@ -26,11 +26,9 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
+from ddp_model import build
 
 from harness import instrument, rundir
-
-WIDTH, DEPTH, BATCH = 256, 8, 64
 
 
 def timed(obj, attr: str, into: list[float], clock=time.perf_counter_ns) -> None:
@@ -88,13 +86,7 @@ def main() -> None:
     if rec is None or rec.tracer is None:
         raise SystemExit("run this under `trainwreck run`: it times the harness's own hooks")
     dist.init_process_group("gloo")
-    torch.manual_seed(0)
-    layers = []
-    for _ in range(DEPTH):
-        layers += [torch.nn.Linear(WIDTH, WIDTH), torch.nn.ReLU()]
-    model = DDP(torch.nn.Sequential(*layers))
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    x = torch.randn(BATCH, WIDTH)
+    model, opt, x = build(torch.device("cpu"))
 
     def step() -> None:
         loss = model(x).pow(2).mean()

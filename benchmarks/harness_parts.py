@@ -27,11 +27,10 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
+from ddp_model import build
 
 from harness import collectives, instrument
 
-WIDTH, DEPTH, BATCH = 256, 8, 64  # ddp_bench's
 PARTS = ("trace", "tracenull", "step", "bwd", "work", "mem")
 
 
@@ -107,13 +106,7 @@ def main() -> None:
     device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if cuda else "cpu")
     if cuda:
         torch.cuda.set_device(device)
-    torch.manual_seed(0)
-    layers = []
-    for _ in range(DEPTH):
-        layers += [torch.nn.Linear(WIDTH, WIDTH), torch.nn.ReLU()]
-    model = DDP(torch.nn.Sequential(*layers).to(device))
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    x = torch.randn(BATCH, WIDTH, device=device)
+    model, opt, x = build(device)
 
     def block(n: int) -> None:
         for _ in range(n):
