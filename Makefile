@@ -12,7 +12,7 @@ TORCH_PIP_ARGS ?=
 PY          := $(VENV)/bin/python
 TW          := $(VENV)/bin/trainwreck
 
-.PHONY: setup bubblewrap browser demo test test-fast lint docs docs-check verify variants variants-ci ci bench clean adversarial
+.PHONY: setup native bubblewrap browser demo test test-fast lint docs docs-check verify variants variants-ci ci bench clean adversarial
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv --system-site-packages $(VENV)
@@ -22,7 +22,13 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -c "import torch, sys; print(f'torch {torch.__version__} (cuda: {torch.cuda.is_available()})', file=sys.stderr)"
 	touch $@
 
-setup: $(VENV)/.installed bubblewrap
+setup: $(VENV)/.installed bubblewrap native
+
+# The collective trace's C++ kernel, for this torch (harness/native_build.py; about 15 s, once per
+# torch version and source change). Without a compiler, runs trace collectives with the Python
+# kernel instead, which costs more per collective: set-up says so and goes on.
+native: $(VENV)/.installed
+	@$(PY) -m harness.native_build || true
 
 # bubblewrap, the sandbox every grading runs a candidate's code in (Debian's package; installed only
 # when missing, and only where apt-get exists: elsewhere grading refuses with the fix, or runs

@@ -42,6 +42,7 @@ if [ "${SETUP:-1}" = 1 ]; then  # SETUP=0: the kit is installed already (a dry r
     if compgen -G ".whl/*.whl" >/dev/null; then $py -m pip install -q --no-index --no-deps .whl/*.whl; fi
     for f in .whl/*.deb; do [ -e "$f" ] && dpkg -x "$f" /; done
     $py -m pip install -q --no-deps --no-build-isolation -e . || exit 2
+    $py -m harness.native_build || echo "the collective trace's C++ kernel was not built: runs trace in Python"
 fi
 PATH="$($py -c 'import os, sys; print(os.path.dirname(sys.executable))'):$PATH"  # its console scripts
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader

@@ -2,7 +2,9 @@
 optimizer step hook (``Recorder.on_step``: the step record, its fields, the sweep of open works) and
 the collective trace's two records per collective (``Tracer.issue`` at the call, the completion
 when ``Work.wait`` returns), each timed around the harness's own function, so the figures are the
-harness's work alone, not the training or the communication around it.
+harness's work alone, not the training or the communication around it. With the C++ kernel
+(``harness.native_trace``) there is no Python function to time: whole all_reduces are timed in
+blocks with its kernels in and out, and the difference is its cost per call.
 
     trainwreck run benchmarks/harness_calls.py --nproc 2 [--sandbox] -- [--steps 400] [--collectives 2000]
 
@@ -11,8 +13,9 @@ and the periodic work (the live-tensor count every few steps) make the means mov
 
 Then two lines on where a training step's harness time goes:
 - ``harness_per_step``: each part's thread CPU time summed over a step, meaned over the steps
-  (``issue``, ``track`` and ``sweep`` run once per collective or more; ``on_step`` includes the step
-  record's ``write`` and the trace's ``flush``);
+  (``issue``, ``track`` and ``sweep`` run once per collective or more, with the Python kernel only;
+  ``on_step`` includes the step record's ``write`` and the trace's ``trace_on_step``; ``flush`` runs
+  on the trace's own thread);
 - ``harness_cold``: one step record signed with the caches warm (back to back) and cold (after a
   matmul and a pass over 4 MB, as in a training step): what the harness's Python costs between
   torch's kernels is several times what a microbenchmark of it says.
@@ -49,7 +52,7 @@ def per_step(rec: instrument.Recorder, step, steps: int) -> dict[str, float]:
     """Thread CPU microseconds per training step of each harness part (a fresh set of wrappers)."""
     parts = {"on_step": (rec, "on_step"), "write": (rec.events, "write"), "flush": (rec.tracer, "flush"),
              "issue": (rec.tracer, "issue"), "track": (rec.tracer, "track"), "sweep": (rec.tracer, "sweep"),
-             "on_backward": (rec, "on_backward")}
+             "trace_on_step": (rec.tracer, "on_step"), "on_backward": (rec, "on_backward")}
     calls: dict[str, list[float]] = {name: [] for name in parts}
     for name, (obj, attr) in parts.items():
         timed(obj, attr, calls[name], clock=time.thread_time_ns)
@@ -77,6 +80,24 @@ def cold_sign(key: str, n: int = 200) -> tuple[float, float]:
     return out[0], out[1]
 
 
+def native_call(rec: instrument.Recorder, t: torch.Tensor, n: int, block: int = 100) -> str:
+    """The C++ kernel has no Python function to time around: whole synchronous all_reduces, in
+    blocks with its kernels registered and taken out in turn (both ranks switch at the same block)."""
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for i in range(2 * max(1, n // block)):
+        on = i % 4 in (0, 3)  # ABBA
+        rec.tracer.switch(on)
+        t0 = time.perf_counter_ns()
+        for _ in range(block):
+            dist.all_reduce(t)
+        times[on].append((time.perf_counter_ns() - t0) / block / 1e3)
+    if not on:
+        rec.tracer.switch(True)
+    on_us, off_us = statistics.median(times[True]), statistics.median(times[False])
+    return (f"all_reduce_traced_us={on_us:.1f} all_reduce_untraced_us={off_us:.1f} native_kernel_us={on_us - off_us:.1f} "
+            f"(medians of blocks of {block} all_reduces, kernels in and out in turn)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=400)
@@ -100,17 +121,20 @@ def main() -> None:
     timed(rec, "on_step", on_step)
     for _ in range(args.steps):
         step()
-    issue: list[float] = []
-    done: list[float] = []
-    timed(rec.tracer, "issue", issue)
-    timed(rec.tracer, "finished", done)
-    t = torch.ones(1024)
-    for _ in range(args.collectives):
-        dist.all_reduce(t)  # synchronous: enter at the call, exit when its Work.wait returns
     med = statistics.median
-    calls = (f"harness_calls pid={os.getpid()} on_step_us={med(on_step):.1f} issue_us={med(issue):.1f} "
-             f"finished_us={med(done):.1f} enter_exit_us={med(issue) + med(done):.1f} "
-             f"(medians of {len(on_step)} steps and {len(issue)} all_reduces)")
+    t = torch.ones(1024)
+    if rec.tracer.kind == "native":
+        calls = f"harness_calls pid={os.getpid()} on_step_us={med(on_step):.1f} " + native_call(rec, t, args.collectives)
+    else:
+        issue: list[float] = []
+        done: list[float] = []
+        timed(rec.tracer, "issue", issue)
+        timed(rec.tracer, "finished", done)
+        for _ in range(args.collectives):
+            dist.all_reduce(t)  # synchronous: enter at the call, exit when its Work.wait returns
+        calls = (f"harness_calls pid={os.getpid()} on_step_us={med(on_step):.1f} issue_us={med(issue):.1f} "
+                 f"finished_us={med(done):.1f} enter_exit_us={med(issue) + med(done):.1f} "
+                 f"(medians of {len(on_step)} steps and {len(issue)} all_reduces)")
     parts = per_step(rec, step, args.steps)  # wraps the wrappers: the lists above are read already
     warm, cold = cold_sign(rundir.new_key())
     if dist.get_rank() == 0:

@@ -11,7 +11,7 @@ CPU time per step and the difference from ``off`` (every part switched off).
 
 A configuration is a comma-separated list of parts switched off; ``on`` is the harness as it runs:
 - ``trace``: the collective trace's operator kernels (none registered: torch's own dispatch);
-- ``tracenull``: kernels that only pass the call on (the cost of a Python kernel itself);
+- ``tracenull``: Python kernels that only pass the call on (the cost of a Python kernel itself);
 - ``step``: the optimizer step hook (step records, the trace's sweep and flush);
 - ``bwd``: the wrappers of ``Tensor.backward`` and ``torch.autograd.backward`` (the loss);
 - ``work``, ``mem``: the grading evidence, when the job runs with it (``TRAINWRECK_GRADING_EVIDENCE=1``):
@@ -47,15 +47,20 @@ class Switch:
         self.rec = rec
         self.orig = {"call": torch.nn.Module.__call__, "tb": torch.Tensor.backward, "ab": torch.autograd.backward,
                      "on_step": rec.on_step, "fields": list(rec.step_fields)}
-        self.kernels: str | None = "trace" if collectives._lib is not None else None
+        self.native = getattr(rec.tracer, "kind", "") == "native"  # the C++ kernels (harness.native_trace)
+        self.kernels: str | None = "trace" if collectives._lib is not None or self.native else None
 
     def _kernels(self, kind: str | None) -> None:
         if kind == self.kernels:
             return
+        if self.native and self.kernels == "trace":
+            self.rec.tracer.switch(False)
         if collectives._lib is not None:
             collectives._lib._destroy()
             collectives._lib = None
-        if kind is not None:
+        if kind == "trace" and self.native:
+            self.rec.tracer.switch(True)
+        elif kind is not None:
             lib = torch.library.Library("c10d", "IMPL")
             for name in collectives.OPS:
                 packet = getattr(torch.ops.c10d, name, None)

@@ -84,6 +84,8 @@ def main(argv: list[str]) -> int:
         world_size=int(os.environ.get("WORLD_SIZE", "1")), host=socket.gethostname(),
         script=os.path.abspath(script), argv=args, torch=torch.__version__,
         cuda=torch.cuda.is_available(),
+        # which kernel traced the collectives, and why not the C++ one where it was Python's
+        trace=getattr(rec.tracer, "kind", None), trace_why=getattr(rec.tracer, "why_python", None) or None,
     )
     status, code, error = "ok", 0, None
     try:

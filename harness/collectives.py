@@ -202,6 +202,9 @@ class Tracer:
     a few steps' records (``benchmarks/harness_calls.py``: 35 against 7 us). Their order is kept:
     the buffer takes them in the order they happen, and batches leave one at a time, oldest first."""
 
+    kind = "python"
+    why_python = ""
+
     def __init__(self, writer: rundir.RecordWriter, attempt: int, step: Callable[[], int]):
         self._w = writer
         self._attempt = attempt
@@ -300,6 +303,10 @@ class Tracer:
         rec["t"] = time.time()
         self._put(rec)
         return seq
+
+    def on_step(self, step: int) -> None:
+        """At each optimizer step (``step`` is the new count; this kernel asks ``self._step``)."""
+        self.sweep()
 
     def track(self, seq: int, work) -> None:
         """Record ``seq``'s completion when ``work`` completes."""
@@ -423,16 +430,35 @@ def _kernel(tracer: Tracer, name: str, opov):
     return kernel
 
 
-def install(writer: rundir.RecordWriter, attempt: int, step: Callable[[], int]) -> Tracer:
+def install(writer: rundir.RecordWriter, attempt: int, step: Callable[[], int], native: bool = True) -> Tracer:
+    """The C++ kernel (``harness.native_trace``) where a build for this torch exists and ``native``
+    (``--profile`` times each call from Python, so it takes this module's kernel), else the Python
+    kernel here. ``tracer.kind`` says which; ``tracer.why_python`` why not the C++ one."""
     global _lib
-    tracer = Tracer(writer, attempt, step)
+    tracer: Tracer | None = None
+    why = "--profile times each collective from Python"
+    if native:
+        from harness import native_build
+
+        mod, why = native_build.load()
+        if mod is not None:
+            from harness.native_trace import NativeTracer
+
+            try:
+                tracer = NativeTracer(mod, writer, attempt, step)
+                tracer.install()
+            except Exception as e:  # never let the trace keep the script from running
+                tracer, why = None, f"the C++ kernel did not install: {e!r}"
+    if tracer is None:
+        tracer = Tracer(writer, attempt, step)
+        tracer.why_python = why
+        _lib = torch.library.Library("c10d", "IMPL")
+        for name in OPS:
+            packet = getattr(torch.ops.c10d, name, None)
+            if packet is None:  # an operator this torch does not have
+                continue
+            _lib.impl(name, _kernel(tracer, name, packet.default), "BackendSelect", with_keyset=True)
     atexit.register(tracer.flush)  # a script that leaves by sys.exit in a thread, or after settle()
-    _lib = torch.library.Library("c10d", "IMPL")
-    for name in OPS:
-        packet = getattr(torch.ops.c10d, name, None)
-        if packet is None:  # an operator this torch does not have
-            continue
-        _lib.impl(name, _kernel(tracer, name, packet.default), "BackendSelect", with_keyset=True)
 
     # Waiting for a work: the end of a collective for works without a future, and "sync" time.
     orig_wait = dist.Work.wait

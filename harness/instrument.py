@@ -202,7 +202,7 @@ class Recorder:
         self._last_t = time.time()
         self.event("step", **rec)
         if self.tracer is not None:  # completions seen now; the records leave with the trace's next batch
-            self.tracer.sweep()
+            self.tracer.on_step(self.step)
 
     # -- loss ------------------------------------------------------------------------------
     def on_backward(self, roots) -> None:
@@ -471,7 +471,8 @@ def install(run_dir: Path, rank: int, key: str, attempt: int, pg_timeout_s: floa
         memstats.install(rec)  # live tensors and autograd graph nodes every few steps
     faults.install_overflow(rec, os.environ.pop(faults.OVERFLOW_ENV, ""))  # gradients that overflow, for grading
 
-    rec.tracer = collectives.install(rec.collectives, attempt, lambda: rec.step)
+    rec.tracer = collectives.install(rec.collectives, attempt, lambda: rec.step,
+                                     native=not os.environ.get(rundir.PROFILE_ENV))
 
     import torch.distributed.distributed_c10d as c10d
 
