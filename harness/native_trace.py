@@ -4,9 +4,9 @@ collective. The C++ kernel describes the call, reads the caller's frames (classi
 object once, here, with the Python kernel's own rules) and keeps the work; this side turns what it
 gathered into records and sends them in the same batches.
 
-Completions are noted when the works still open are looked at: at each optimizer step, after a
-``Work.wait`` (which also names the work, so its exit or its error is noted at once), after a
-functional collective's wait, and before each batch leaves (``FLUSH_S``). So an ``exit`` can be up
+Completions are noted when the works still open are looked at: at each new collective (in the
+kernel, without the GIL), after a ``Work.wait`` (which also names the work, so its exit or its error
+is noted at once), after a functional collective's wait, and before each batch leaves (``FLUSH_S``). So an ``exit`` can be up
 to ``FLUSH_S`` later than the completion, never earlier, as with the Python kernel.
 """
 
@@ -87,8 +87,7 @@ class NativeTracer(collectives.Tracer):
         self._on = on
 
     def on_step(self, step: int) -> None:
-        self._mod.set_step(step)
-        self._mod.sweep()
+        self._mod.set_step(step)  # completions: the kernel looks at each new collective
 
     def sweep(self) -> None:
         self._mod.sweep()

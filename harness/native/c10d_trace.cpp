@@ -241,6 +241,8 @@ void caller(Record& r) {
 }
 
 // --- the kernel --------------------------------------------------------------------------------
+void sweep_if_free();
+
 // Returns the record's seq; ``gen`` and ``idx`` say where it is until a drain takes it.
 uint64_t add(Record&& r, uint64_t& gen, size_t& idx) {
   State& s = *g_state;
@@ -291,6 +293,12 @@ void kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::S
     r.async_op = a.isBool() ? int8_t(a.toBool()) : int8_t(1);
   }
   caller(r);
+  bool open;
+  {
+    std::lock_guard<std::mutex> lock(g_state->mu);
+    open = !g_state->pending.empty();
+  }
+  if (open) sweep_if_free();
   // The enter record is in the buffer before the backend is called: a call that blocks (NCCL's
   // first collective, monitored_barrier) is seen pending.
   r.t_issue = now_ns();
@@ -357,9 +365,23 @@ void uninstall() {  // benchmarks switch the trace off and on; a run never does
 
 // Notes the completion of the works seen complete since the last look; returns how many are open.
 // A complete work's own wait() returns at once, or throws its error: that tells the two apart.
+size_t sweep_locked(State& s);
+
 size_t sweep() {
   State& s = *g_state;
   std::lock_guard<std::mutex> one(s.sweep_mu);
+  return sweep_locked(s);
+}
+
+// At each new collective, as the Python kernel does: the works of the last ones are usually done.
+// Skipped while another thread sweeps (the flusher): it does the same work.
+void sweep_if_free() {
+  State& s = *g_state;
+  std::unique_lock<std::mutex> one(s.sweep_mu, std::try_to_lock);
+  if (one.owns_lock()) sweep_locked(s);
+}
+
+size_t sweep_locked(State& s) {
   std::vector<Pending> open;
   {
     std::lock_guard<std::mutex> lock(s.mu);

@@ -71,11 +71,14 @@ def test_incremental_reader_skips_partial_lines(tmp_path):
 def test_write_many_appends_signed_records_in_order_with_one_write(tmp_path):
     w = rundir.RecordWriter(tmp_path / "r" / "x.jsonl", KEY)
     writes = []
-    real = w._f.write
-    w._f.write = lambda text: writes.append(text) or real(text)
+    real = w._append
+    w._append = lambda data: writes.append(data) or real(data)
     w.write({"i": 0})
     w.write_many([{"i": 1}, {"i": 2}, {"i": 3}])
     w.write_many([])
     assert len(writes) == 2  # the one record, then the batch of three
     recs = rundir.read_records(tmp_path / "r" / "x.jsonl", KEY)  # on disk at once, as write's are
     assert ([r["i"] for r in recs.valid], recs.forged) == ([0, 1, 2, 3], 0)
+    w.close()
+    with pytest.raises(ValueError):  # a closed writer says so (the trace's flusher stops on it)
+        w.write({"i": 4})
