@@ -18,6 +18,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/library.h>
 
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -87,8 +88,8 @@ struct State {
   std::vector<Pending> pending;
   std::vector<Late> late;
   std::mutex sweep_mu;  // one sweep at a time
-  int64_t step = 0;
-  unsigned long main_ident = 0;
+  std::atomic<int64_t> step{0};  // written by the step hook, read by the kernel on any thread
+  unsigned long main_ident = 0;  // set before the kernels are registered
 };
 // Never freed: a collective can still be issued from a backend thread while statics are destroyed.
 State* g_state = new State();
@@ -283,7 +284,7 @@ void kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::S
   const size_t first = stack->size() - op.schema().arguments().size();
   Record r;
   r.op = int32_t(I);
-  r.step = g_state->step;
+  r.step = g_state->step.load(std::memory_order_relaxed);
   r.main = PyThread_get_thread_ident() == g_state->main_ident;
   describe(info, *stack, first, r);
   if (info.bytes_at < int(op.schema().arguments().size()))
@@ -312,8 +313,12 @@ void kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::S
     throw;
   }
   c10::intrusive_ptr<c10d::Work> work;
-  if (!stack->empty() && stack->back().isObject())
-    work = stack->back().toCustomClass<c10d::Work>();
+  try {  // the collective is issued by now: whatever this finds, the caller gets its result
+    if (!stack->empty() && stack->back().isObject())
+      work = stack->back().toCustomClass<c10d::Work>();
+  } catch (const std::exception&) {
+    work.reset();
+  }
   if (!work) {  // an operator that returns nothing (monitored_barrier_) is done when it returns
     finish(gen, idx, seq, now_ns(), "");
     return;
@@ -352,7 +357,7 @@ void install(py::dict ops, py::object classify, unsigned long main_ident, int64_
   Py_XDECREF(g_classify);
   g_classify = classify.release().ptr();
   g_state->main_ident = main_ident;
-  g_state->step = step;
+  g_state->step.store(step);
   g_lib = new torch::Library(torch::Library::IMPL, "c10d", c10::DispatchKey::BackendSelect,
                              __FILE__, __LINE__);
   register_ops(names, std::make_index_sequence<kNumOps>{});
@@ -389,7 +394,11 @@ size_t sweep_locked(State& s) {
     open.swap(s.pending);
   }
   for (Pending& p : open) {
-    if (!p.work->isCompleted()) continue;
+    try {
+      if (!p.work->isCompleted()) continue;
+    } catch (const std::exception&) {  // a backend that cannot say: look again next time
+      continue;
+    }
     try {
       p.work->wait();
     } catch (const std::exception& e) {
@@ -505,14 +514,14 @@ py::tuple drain() {
   return py::make_tuple(out, lout, dropped);
 }
 
-void set_step(int64_t step) { g_state->step = step; }
+void set_step(int64_t step) { g_state->step.store(step, std::memory_order_relaxed); }
 
 // A forked child (a DataLoader worker) starts empty: the parent's records are the parent's, and a
 // lock may have been held by a thread the child does not have.
 void after_fork_child() {
   State* fresh = new State();
   fresh->main_ident = g_state->main_ident;
-  fresh->step = g_state->step;
+  fresh->step.store(g_state->step.load());
   g_state = fresh;  // the old one is left as it is
 }
 
