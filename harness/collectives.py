@@ -3,12 +3,10 @@
 ``dist.all_reduce`` and every other ``torch.distributed`` function, the object collectives, the
 coalesced variants, DDP's C++ bucket all-reduces, FSDP2's all-gathers and reduce-scatters, and the
 functional collectives under DTensor all end in ``ProcessGroup::<op>`` in C++, which calls its
-``c10d::<op>`` operator through the dispatcher. We register a kernel for each of those operators
-at the ``BackendSelect`` key (in every dispatch, device-agnostic, and not excluded below autograd,
-where the functional collectives' kernels run) that records the call and redispatches to the
-backend's kernel. Nothing is wrapped by name, so a new Python entry point is seen too. The kernel is
-C++ where a build for this torch exists (``harness.native_trace``, the same records at a fraction of
-the cost), else the Python one here (``install`` picks; ``Tracer`` is both's buffer and batches).
+``c10d::<op>`` operator through the dispatcher. We register a Python kernel for each of those
+operators at the ``BackendSelect`` key (in every dispatch, device-agnostic, and not excluded below
+autograd, where the functional collectives' kernels run) that records the call and redispatches to
+the backend's kernel. Nothing is wrapped by name, so a new Python entry point is seen too.
 
 What the trace cannot see: collectives that bypass ``ProcessGroup`` (a backend object called
 directly from C++, NCCL calls made by a custom kernel, ``monitored_barrier``'s inner exchanges).

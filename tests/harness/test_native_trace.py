@@ -115,9 +115,12 @@ def test_the_cxx_kernel_writes_the_trace_the_python_kernel_writes(tmp_path, scri
         enters = [r for r in native if r["ph"] == "enter"]
         assert len(enters) >= 6 and len({r["seq"] for r in enters}) == len(enters)
         assert sorted(r["seq"] for r in native if r["ph"] == "exit") == [r["seq"] for r in enters]
-        # Exits may leave in another order (when each was seen complete): compare each phase in order.
-        for ph in ("enter", "exit", "error"):
-            assert [r for r in native if r["ph"] == ph] == [r for r in python if r["ph"] == ph], (rank, ph)
+        assert [r for r in native if r["ph"] == "enter"] == [r for r in python if r["ph"] == "enter"], rank
+        # An exit leaves when its work is seen complete, which depends on the machine's timing (a
+        # loaded machine sees DDP's two buckets done at one look or at two): compare them by seq.
+        for ph in ("exit", "error"):
+            assert (sorted((r for r in native if r["ph"] == ph), key=lambda r: r["seq"])
+                    == sorted((r for r in python if r["ph"] == ph), key=lambda r: r["seq"])), (rank, ph)
     if script == "collectives_mix.py":
         ops = {r["op"] for r in runs["native"][0] if r["ph"] == "enter"}
         assert {"all_reduce", "all_gather_single", "reduce_scatter_single", "broadcast", "all_gather", "barrier",
