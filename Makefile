@@ -92,4 +92,4 @@ adversarial: setup
 		rc=$$?; $(PY) -m tests.adversarial.figures; exit $$rc
 
 clean:
-	rm -rf $(VENV) runs .trainwreck .pytest_cache
+	rm -rf $(VENV) runs .trainwreck .pytest_cache harness/native/build
