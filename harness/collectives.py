@@ -240,8 +240,12 @@ class Tracer:
         with self._flush_lock:
             with self._buf_lock:
                 batch, self._buf = self._buf, []
-            for i in range(0, len(batch), FLUSH_CHUNK):
-                self._w.write_many(batch[i:i + FLUSH_CHUNK])
+            self._send(batch)
+
+    def _send(self, batch: list[dict[str, Any]]) -> None:
+        """Under ``_flush_lock``: ``batch`` in order, ``FLUSH_CHUNK`` records per write."""
+        for i in range(0, len(batch), FLUSH_CHUNK):
+            self._w.write_many(batch[i:i + FLUSH_CHUNK])
 
     def _start_flusher(self) -> None:
         with self._buf_lock:
@@ -336,11 +340,15 @@ class Tracer:
         self._done(entry[0], error)
 
     def _done(self, seq: int, error: BaseException | None = None) -> None:
-        rec: dict[str, Any] = {"a": self._attempt, "seq": seq, "ph": "exit" if error is None else "error"}
-        if error is not None:
-            rec["err"] = f"{type(error).__name__}: {str(error)[-300:]}"
-        rec["t"] = time.time()
-        self._put(rec)
+        self._put(self._end(seq, time.time(), error_text(error) if error is not None else ""))
+
+    def _end(self, seq: int, t: float, err: str) -> dict[str, Any]:
+        """The ``exit`` record of ``seq``, or its ``error`` record when ``err`` says why."""
+        rec: dict[str, Any] = {"a": self._attempt, "seq": seq, "ph": "error" if err else "exit"}
+        if err:
+            rec["err"] = err
+        rec["t"] = t
+        return rec
 
     def settle(self, grace_s: float = 1.0) -> None:
         """At the rank's exit: a work whose future has completed may not say so for a few more
@@ -386,6 +394,11 @@ class Tracer:
     def exit_sync(self) -> None:
         for _, leave in self.listeners:
             leave()
+
+
+def error_text(error: BaseException) -> str:
+    """An ``error`` record's ``err``."""
+    return f"{type(error).__name__}: {str(error)[-300:]}"
 
 
 def data_positions(opov) -> tuple[int, ...]:

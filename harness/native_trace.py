@@ -93,7 +93,7 @@ class NativeTracer(collectives.Tracer):
         self._mod.sweep()
 
     def finished(self, work, error: BaseException | None = None) -> None:
-        err = None if error is None else f"{type(error).__name__}: {str(error)[-300:]}"
+        err = None if error is None else collectives.error_text(error)
         try:
             self._mod.finished(work, err)
         except Exception:  # not a c10d Work this torch binds: look at every open work instead
@@ -109,9 +109,7 @@ class NativeTracer(collectives.Tracer):
         with self._flush_lock:
             self._mod.sweep()
             recs, late, dropped = self._mod.drain()
-            batch = self._records(recs, late, dropped)
-            for i in range(0, len(batch), collectives.FLUSH_CHUNK):
-                self._w.write_many(batch[i:i + collectives.FLUSH_CHUNK])
+            self._send(self._records(recs, late, dropped))
 
     # -- records -----------------------------------------------------------------------------
     def _site(self, site: tuple[Any, int] | None) -> str | None:
@@ -123,13 +121,6 @@ class NativeTracer(collectives.Tracer):
         if text is None:
             text = self._sites[key] = f"{code.co_filename}:{line}"
         return text
-
-    def _end(self, seq: int, t_ns: int, err: str) -> dict[str, Any]:
-        rec: dict[str, Any] = {"a": self._attempt, "seq": seq, "ph": "error" if err else "exit"}
-        if err:
-            rec["err"] = err
-        rec["t"] = t_ns / 1e9
-        return rec
 
     def _records(self, recs: list[tuple], late: list[tuple], dropped: int) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -144,8 +135,8 @@ class NativeTracer(collectives.Tracer):
             rec["t"] = t0 / 1e9
             out.append(rec)
             if t1:
-                out.append(self._end(seq, t1, err))
-        out += [self._end(seq, t1, err) for seq, t1, err in late]
+                out.append(self._end(seq, t1 / 1e9, err))
+        out += [self._end(seq, t1 / 1e9, err) for seq, t1, err in late]
         if dropped:  # a buffer no flush emptied for a long while: say how many went unrecorded
             out.append({"a": self._attempt, "ph": "dropped", "n": dropped, "t": time.time()})
         return out

@@ -260,16 +260,22 @@ uint64_t add(Record&& r, uint64_t& gen, size_t& idx) {
   return seq;
 }
 
-void finish(uint64_t gen, size_t idx, uint64_t seq, int64_t t, std::string err) {
-  State& s = *g_state;
-  std::lock_guard<std::mutex> lock(s.mu);
-  if (idx == SIZE_MAX) return;
+// With ``mu`` held: the record's completion, in the buffer while no drain has taken it, else as
+// a late completion.
+void done_locked(State& s, uint64_t gen, size_t idx, uint64_t seq, int64_t t, std::string err) {
+  if (idx == SIZE_MAX) return;  // dropped
   if (gen == s.gen) {
     s.buf[idx].t_done = t;
     s.buf[idx].err = std::move(err);
   } else {
     s.late.push_back({seq, t, std::move(err)});
   }
+}
+
+void finish(uint64_t gen, size_t idx, uint64_t seq, int64_t t, std::string err) {
+  State& s = *g_state;
+  std::lock_guard<std::mutex> lock(s.mu);
+  done_locked(s, gen, idx, seq, t, std::move(err));
 }
 
 template <size_t I>
@@ -281,25 +287,21 @@ void kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::S
     return;
   }
   const OpInfo& info = g_info[I];
-  const size_t first = stack->size() - op.schema().arguments().size();
+  const size_t nargs = op.schema().arguments().size();
+  const size_t first = stack->size() - nargs;
   Record r;
   r.op = int32_t(I);
   r.step = g_state->step.load(std::memory_order_relaxed);
   r.main = PyThread_get_thread_ident() == g_state->main_ident;
   describe(info, *stack, first, r);
-  if (info.bytes_at < int(op.schema().arguments().size()))
+  if (size_t(info.bytes_at) < nargs)
     r.nbytes = bytes_of((*stack)[first + info.bytes_at]);
   if (info.async_at >= 0) {
     const c10::IValue& a = (*stack)[first + info.async_at];
     r.async_op = a.isBool() ? int8_t(a.toBool()) : int8_t(1);
   }
   caller(r);
-  bool open;
-  {
-    std::lock_guard<std::mutex> lock(g_state->mu);
-    open = !g_state->pending.empty();
-  }
-  if (open) sweep_if_free();
+  sweep_if_free();
   // The enter record is in the buffer before the backend is called: a call that blocks (NCCL's
   // first collective, monitored_barrier) is seen pending.
   r.t_issue = now_ns();
@@ -413,12 +415,8 @@ size_t sweep_locked(State& s) {
     for (Pending& p : open) {
       if (!p.t_done) {
         s.pending.push_back(std::move(p));
-      } else if (p.gen == s.gen) {
-        s.buf[p.idx].t_done = p.t_done;
-        s.buf[p.idx].err = std::move(p.err);
-        done.push_back(std::move(p));
       } else {
-        s.late.push_back({p.seq, p.t_done, std::move(p.err)});
+        done_locked(s, p.gen, p.idx, p.seq, p.t_done, std::move(p.err));
         done.push_back(std::move(p));
       }
     }
@@ -440,13 +438,7 @@ void finished(py::object work, py::object error) {
       if (s.pending[i].work.get() != w) continue;
       Pending p = std::move(s.pending[i]);
       s.pending.erase(s.pending.begin() + i);
-      const int64_t t = now_ns();
-      if (p.gen == s.gen) {
-        s.buf[p.idx].t_done = t;
-        s.buf[p.idx].err = err;
-      } else {
-        s.late.push_back({p.seq, t, err});
-      }
+      done_locked(s, p.gen, p.idx, p.seq, now_ns(), std::move(err));
       found = std::move(p.work);
       break;
     }
