@@ -27,10 +27,9 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from grader.checks.base import Check, CheckResult, CheckSpec, Context, need
-from grader.evidence import RunEvidence
+from grader.evidence import RunEvidence, contents
 from grader.evidence.checkpoint import final_checkpoint
 from grader.evidence.fingerprints import FP_RTOL, step_fingerprints
-from grader.evidence.params import strip_wrappers
 from grader.evidence.steptimes import step_times
 from grader.evidence.store import StoreObjects, store_objects
 from grader.evidence.watched import held_at
@@ -56,8 +55,10 @@ class Spec(CheckSpec):
     copies: list[str] = []  # other places every checkpoint must reach: a file, or a folder ending in /
     # steps a copy may trail beyond interval (an upload to a remote store takes longer); slack if None
     copy_slack: int | None = Field(None, ge=0)
-    key: str | None = None  # where the model state dict sits inside the checkpoint, if nested
-    require_keys: list[str] = []  # top-level keys every checkpoint must hold
+    # state besides the model every checkpoint must hold, recognised by content
+    # (grader.evidence.contents): each save by its optimizer's per-parameter tensors (from the save
+    # trace), the final checkpoint, loaded whole, by all of them
+    require: list[Literal["optimizer", "scheduler", "scaler", "step"]] = []
     # every checkpoint relied on must be at least this share of the reference run's final checkpoint
     min_size_of_reference: float = Field(0.9, ge=0, le=1)
 
@@ -79,8 +80,11 @@ def runs(spec: Spec, manifest) -> list[RunRequest]:
 class _Holdings:
     """Which step the state in each traced save is, judged once per save."""
 
-    def __init__(self, spec, ev: RunEvidence, final_names: set[str], min_bytes: int | None):
-        self.spec, self.ev, self.final_names, self.min_bytes = spec, ev, final_names, min_bytes
+    def __init__(self, spec, ev: RunEvidence, n_params: int, min_bytes: int | None, optimizer_tensors: bool):
+        self.spec, self.ev, self.n_params, self.min_bytes = spec, ev, n_params, min_bytes
+        # whether the run's optimizer keeps per-parameter tensors (SGD without momentum keeps none,
+        # and then no save can show them), from the final checkpoint, loaded whole
+        self.optimizer_tensors = optimizer_tensors
         self._fps: dict[int, dict[int, list[tuple[int, float]]]] = {}
         self._memo: dict[tuple[int, int, int], tuple[int | None, str]] = {}
 
@@ -98,41 +102,45 @@ class _Holdings:
             return None, "its contents were not fingerprinted"
         if op.fp_changed:
             return None, "its tensors changed while it was being written (a live state, not a snapshot)"
-        missing = [k for k in spec.require_keys if k not in (op.keys or [])]
-        if missing:
-            return None, f"it holds no {', '.join(missing)}"
         if self.min_bytes is not None and (op.bytes or 0) < self.min_bytes:
             return None, f"it is {(op.bytes or 0) / 2**20:.2f} MiB, less than {spec.min_size_of_reference:.0%} " \
                          "of the reference run's checkpoint"
-        if op.op == "checkpoint":  # several files: the model is wherever its parameters are
-            model = model_terms(op.fp, self.final_names, f"{spec.key}." if spec.key else "")
-        else:
-            prefix = f"{spec.key}." if spec.key else ""
-            model = {strip_wrappers(n[len(prefix):]): v for n, v in op.fp.items() if n.startswith(prefix)}
-        lacking = sorted(self.final_names - set(model))
-        if lacking:
-            return None, f"it lacks parameters the model trains (e.g. {lacking[0]})"
-        total = sum(model[n] for n in self.final_names)
         if op.rank not in self._fps:
             self._fps[op.rank] = step_fingerprints(self.ev, op.rank)
+        # the model is wherever, under one prefix of the saved tensors' paths, as many tensors as
+        # the model trains sum to the fingerprint of a step the run made (names are the script's)
+        totals = model_sums(op.fp, self.n_params)
+        if not totals:
+            return None, f"it holds no set of {self.n_params} tensors, as the model trains, under one key"
+        if "optimizer" in spec.require and self.optimizer_tensors and not _optimizer_terms(op.fp):
+            return None, "it holds no optimizer state"
         for s, fp in sorted(self._fps[op.rank].get(op.attempt, []), reverse=True):
-            if s <= op.step and abs(fp - total) <= FP_RTOL * max(1.0, abs(fp)):
+            if s <= op.step and any(abs(fp - total) <= FP_RTOL * max(1.0, abs(fp)) for total in totals):
                 return s, ""
         return None, "its parameters are none the run had after any step"
 
 
-def model_terms(fp: dict[str, float], names: set[str], prefer: str = "") -> dict[str, float]:
-    """The model's fingerprint terms in a checkpoint of several files: under the first prefix (the
-    preferred one first, then the shortest) whose entries hold every parameter the model trains."""
-    prefixes = {""}
-    for n in fp:
+def _optimizer_terms(fp: dict[str, float] | None) -> bool:
+    """Tensors laid out as torch lays out an optimizer's state dict: ``<...>state.<index>.<name>``."""
+    import re
+
+    return any(re.search(r"(^|\.)state\.\d+\.[A-Za-z_]+$", n) for n in (fp or {}))
+
+
+def model_sums(fp: dict[str, float] | None, n_params: int) -> list[float]:
+    """For each dotted prefix under which exactly ``n_params`` tensors were saved, outside an
+    optimizer's state, the sum of their fingerprint terms: the candidates for the model's
+    fingerprint (``harness.instrument.fingerprint`` sums the same per-tensor terms)."""
+    import re
+
+    groups: dict[str, list[float]] = {}
+    for n, v in (fp or {}).items():
+        if re.search(r"(^|\.)(state|param_groups)\.", n):
+            continue
         parts = n.split(".")
-        prefixes.update(".".join(parts[:i]) + "." for i in range(1, min(len(parts), 6)))
-    for pre in sorted(prefixes, key=lambda p: (p != prefer, len(p))):
-        model = {strip_wrappers(n[len(pre):]): v for n, v in fp.items() if n.startswith(pre)}
-        if names <= set(model):
-            return model
-    return {}
+        for i in range(0, min(len(parts), 6)):
+            groups.setdefault(".".join(parts[:i]), []).append(v)
+    return [sum(v) for v in groups.values() if len(v) == n_params]
 
 
 class _Target:
@@ -238,7 +246,12 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     if spec.min_size_of_reference > 0 and ref_bytes is not None:
         min_bytes = int(spec.min_size_of_reference * ref_bytes)
         evidence["min_bytes"] = min_bytes
-    holdings = _Holdings(spec, ev, {strip_wrappers(n) for n in final}, min_bytes)
+    final_ckpt = final_checkpoint(ev, spec.path, spec.require)
+    held_opt = contents.find(final_ckpt.content, contents.looks_like_optimizer) if final_ckpt.content else None
+    stateless = held_opt is not None and contents.hollow_optimizer(
+        dict(contents.walk(final_ckpt.content))[held_opt]) is None and not any(
+        hasattr(v, "shape") for _, v in contents.walk(dict(contents.walk(final_ckpt.content))[held_opt].get("state", {})))
+    holdings = _Holdings(spec, ev, len(final), min_bytes, optimizer_tensors=not stateless)
     work = (Path(ev.run_dir) / "work").resolve()
     store = store_objects(ev)
     wants_store = getattr(getattr(ctx.manifest, "run", None), "store", None) is not None
@@ -297,7 +310,6 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
             return CheckResult(name, False, f"{msg} ({len(late)} of {len(ends)} steps too far behind; "
                                f"worst {worst} steps)", evidence)
     # At the end the checkpoint itself must load and be the final state.
-    final_ckpt = final_checkpoint(ev, spec.path, spec.key, spec.require_keys)
     evidence["final"] = final_ckpt.evidence
     if not final_ckpt.ok:
         return CheckResult(name, False, final_ckpt.message, evidence)

@@ -42,9 +42,9 @@ from pydantic import Field
 
 from grader.checks.base import Check, CheckResult, CheckSpec, Context, need
 from grader.evidence import RunEvidence
+from grader.evidence.contents import missing_state, summary
 from grader.evidence.fingerprints import resume_point
 from grader.evidence.layouts import LayoutError, load_checkpoint
-from grader.evidence.params import strip_wrappers
 from grader.roles import FINGERPRINTS, Role, RunRequest
 from harness.launch import Fault
 from harness.saves import FileOp, Unit, unit_of
@@ -60,7 +60,7 @@ class Spec(CheckSpec):
 
     name: Literal["checkpoints_sound"]
     # what a checkpoint that a resume reads must hold, recognised by content, not by key names
-    require: list[Literal["model", "optimizer", "scheduler"]] = ["model", "optimizer"]
+    require: list[Literal["model", "optimizer", "scheduler", "scaler"]] = ["model", "optimizer"]
     kill_rank: int = Field(1, ge=0)
     kill_step: int = Field(gt=0, description="SIGKILL after this optimizer step, between two checkpoints")
     save_kill_step: int | None = Field(None, gt=0, description="tear the first checkpoint write at or "
@@ -151,114 +151,6 @@ class Problems:
         return "; ".join(parts) + (f" ({extra} more in the evidence)" if extra else "")
 
 
-# -- what a checkpoint holds, by content -----------------------------------------------------------
-
-def _find(obj: Any, pred, depth: int = 4) -> bool:
-    if pred(obj):
-        return True
-    if depth == 0:
-        return False
-    if isinstance(obj, dict):
-        return any(_find(v, pred, depth - 1) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return any(_find(v, pred, depth - 1) for v in obj)
-    return False
-
-
-def _is_model(expected: dict[str, tuple] | None):
-    def pred(d: Any) -> bool:
-        if not isinstance(d, dict):
-            return False
-        shapes = {strip_wrappers(str(k)): tuple(v.shape) for k, v in d.items() if hasattr(v, "shape")}
-        if expected is None:
-            return bool(shapes)
-        return all(shapes.get(k) == s for k, s in expected.items())
-    return pred
-
-
-def _looks_like_optimizer(d: Any) -> bool:
-    """An optimizer's state dict: ``param_groups`` (dicts of hyperparameters) and ``state`` (a DCP
-    checkpoint of an empty ``state`` has no entry for it at all)."""
-    if not isinstance(d, dict) or not isinstance(d.get("param_groups"), list) or not d["param_groups"]:
-        return False
-    if not all(isinstance(g, dict) and ("params" in g or "lr" in g) for g in d["param_groups"]):
-        return False
-    return isinstance(d.get("state", {}), dict)
-
-
-# hyperparameters by which an optimizer's param_groups say it keeps state per parameter: Adam and
-# its kin (betas), RMSprop (alpha), Adagrad (lr_decay), Adadelta (rho), Rprop (etas), ASGD (lambd);
-# SGD only with momentum
-_STATEFUL = ("betas", "alpha", "lr_decay", "initial_accumulator_value", "rho", "etas", "lambd")
-
-
-def hollow_optimizer(d: Any) -> str | None:
-    """Why an optimizer state dict holds none of the per-parameter state its optimizer keeps (None:
-    it holds some, or its optimizer keeps none)."""
-    groups = [g for g in d.get("param_groups", []) if isinstance(g, dict)]
-    keeps = sorted({k for g in groups for k in _STATEFUL if k in g}
-                   | ({"momentum"} if any((g.get("momentum") or 0) > 0 for g in groups) else set()))
-    if not keeps:
-        return None
-
-    def has_tensor(x: Any, key: str = "") -> bool:
-        if hasattr(x, "shape") and key != "step":
-            return True
-        if isinstance(x, dict):
-            return any(has_tensor(v, str(k)) for k, v in x.items())
-        if isinstance(x, (list, tuple)):
-            return any(has_tensor(v) for v in x)
-        return False
-
-    if has_tensor(d.get("state", {})):
-        return None
-    n = len(d.get("state", {}))
-    what = "no per-parameter state" if not n else f"state for {n} parameters but no tensors in it (step counts only)"
-    return f"its param_groups are an optimizer's that keeps per-parameter state ({', '.join(keeps)}), and it holds {what}"
-
-
-def _is_optimizer(d: Any) -> bool:
-    return _looks_like_optimizer(d) and hollow_optimizer(d) is None
-
-
-def _is_scheduler(d: Any) -> bool:
-    return isinstance(d, dict) and "last_epoch" in d and "base_lrs" in d
-
-
-def missing_state(obj: Any, require: list[str], expected: dict[str, tuple] | None) -> list[str]:
-    """What of ``require`` the object lacks, each as the phrase "holds no ..." ends with."""
-    preds = {"model": _is_model(expected), "optimizer": _is_optimizer, "scheduler": _is_scheduler}
-    what = {"model": "model parameters", "optimizer": "optimizer state", "scheduler": "LR scheduler state"}
-    out = []
-    for k in require:
-        if _find(obj, preds[k]):
-            continue
-        if k == "optimizer":
-            why = _first_hollow(obj)
-            if why:
-                out.append(f"optimizer state (the one it holds is hollow: {why})")
-                continue
-        out.append(what[k])
-    return out
-
-
-def _first_hollow(obj: Any, depth: int = 4) -> str | None:
-    """Why the first optimizer state dict in ``obj`` is hollow (None: none is)."""
-    if _looks_like_optimizer(obj):
-        return hollow_optimizer(obj)
-    if depth == 0:
-        return None
-    values = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()
-    return next((w for v in values if (w := _first_hollow(v, depth - 1))), None)
-
-
-def _summary(obj: Any) -> str:
-    if isinstance(obj, dict):
-        keys = [str(k) for k in obj][:6]
-        return f"a dict of {len(obj)} entries: {', '.join(keys)}{', ...' if len(obj) > 6 else ''}"
-    return f"a {type(obj).__name__}"
-
-
 _LAYOUT = {"dcp": " (a torch.distributed.checkpoint)", "dir": " (a folder of files)", "file": ""}
 
 
@@ -318,7 +210,7 @@ def _files(role: str, ev: RunEvidence, read: set[str], spec, expected, problems:
                 out.setdefault(rel, {})["lacks"] = lacks
             if len(names) == 1 and (ev.units.get(str(loaded.work / names[0])) or Unit("", "file")).kind == "file":
                 problems.add("files", f"{names[0]}, a file a restart loads, holds no {' and no '.join(lacks)} "
-                             f"(it holds {_summary(whole[names[0]])})")
+                             f"(it holds {summary(whole[names[0]])})")
             else:
                 problems.add("files", f"what rank {rank}'s restart in the {role} run loaded ({', '.join(names)}) "
                              f"holds no {' and no '.join(lacks)}")
@@ -471,7 +363,7 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
         runs[role] = ev
     ref = ctx.runs.get("reference")
     base = next((p for p in (runs["main"].params(0), ref.params(0) if ref else None) if p), None)
-    expected = {k: tuple(v.shape) for k, v in base.items()} if base else None
+    expected = base or None  # the final parameters: a checkpoint's model is matched by their structure
     read = _read_paths(runs)
     problems = Problems()
     evidence: dict[str, Any] = {"read_by_restarts": sorted(read), "require": list(spec.require), "runs": {}}

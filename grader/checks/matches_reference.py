@@ -45,15 +45,15 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
         rc = resumes[role] = compare(after, theirs, spec.rtol, spec.atol)
         if not rc["close"]:
             detail = (f"largest difference {rc['max_abs_diff']:.3g} in {rc['worst_param']}"
-                      if rc.get("same_names") else "the parameter sets differ")
+                      if rc.get("same_structure") else rc.get("problem", "the parameter sets differ"))
             how = "during a checkpoint write" if role == Role.RESUME_SAVE else "mid-run"
             return CheckResult(name, False, f"the run that was killed {how} and restarted ends at different "
                                f"parameters from the reference's uninterrupted run: {detail}", {role: rc})
     cmp = compare(mine, theirs, spec.rtol, spec.atol)
     cmp.update(rtol=spec.rtol, atol=spec.atol, **({"resumed_runs": resumes} if resumes else {}))
-    if not cmp["same_names"] or "shape_mismatch" in cmp:
-        return CheckResult(name, False, "the model's parameters are not the reference model's "
-                           f"(names or shapes differ: {cmp})", cmp)
+    if not cmp["same_structure"]:
+        return CheckResult(name, False, "the model is not the reference's model: "
+                           f"{cmp.get('problem') or 'a parameter differs in shape'}", cmp)
     if cmp.get("nonfinite_first"):
         return CheckResult(name, False, f"{cmp['nonfinite_first']} of the {cmp['elements']} final parameters are NaN "
                            f"or inf{_corrupted_when(ev)}", cmp)

@@ -47,7 +47,7 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
         evidence[f"{first}_vs_{n}"] = cmp
         if not cmp["close"]:
             detail = (f"largest difference {cmp['max_abs_diff']:.3g} ({cmp['max_rel_diff']:.2%} of its norm) in "
-                      f"{cmp['worst_param']}" if cmp.get("same_names") else "the parameter sets differ")
+                      f"{cmp['worst_param']}" if cmp.get("same_structure") else cmp.get("problem", "the parameter sets differ"))
             steps = {k: max((o.steps for o in ctx.runs[_run(k, ctx.manifest)].ranks.values()), default=0)
                      for k in (first, n)}
             evidence["steps"] = steps

@@ -1,8 +1,8 @@
 """The checkpoint a run left at a path: does it load, hold the final parameters, come from one
 writer (the save trace). Shared by the checks that need a final checkpoint. The path may name a
-file, a folder of files, or a torch.distributed.checkpoint folder (``grader/evidence/layouts.py``):
-a folder's "keys" are its files' names (without suffix) and their top-level keys, and its model
-state is the dict, in whichever file, that holds the model's parameters."""
+file, a folder of files, or a torch.distributed.checkpoint folder (``grader/evidence/layouts.py``).
+What it holds is recognised by content (``grader.evidence.contents``): the model state is any dict
+whose tensors have the structure of the model the run trained, under whatever key."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grader.evidence import contents
 from grader.evidence.layouts import LayoutError, load_checkpoint
-from grader.evidence.params import compare, strip_wrappers
+from grader.evidence.params import compare
 from grader.files import why_not_readable
 
 CHECKPOINT_CAP = 512 * 2**20  # the exercises' checkpoints are megabytes; a larger file is not loaded
@@ -49,22 +50,23 @@ def _keys(ckpt: dict, folder: bool) -> list[str]:
     return sorted(keys)
 
 
-def _model_state(ckpt: Any, names: set[str], depth: int = 3) -> dict | None:
-    """The first dict holding every parameter in ``names`` (wrapper prefixes stripped)."""
-    if isinstance(ckpt, dict):
-        if names <= {strip_wrappers(str(k)) for k, v in ckpt.items() if hasattr(v, "shape")}:
-            return ckpt
-        if depth:
-            for v in ckpt.values():
-                found = _model_state(v, names, depth - 1)
-                if found is not None:
-                    return found
-    return None
+def _written_at(ev, path: Path) -> list[int] | None:
+    """The step counts a checkpoint at ``path`` may hold as its step: the optimizer steps done when
+    its last traced write (a save, or the rename or copy that published it) began, or one more (a
+    script may store the index of the next step instead); None when no write was traced."""
+    p = str(Path(path).resolve())
+    ops = [o for o in ev.file_ops if o.path == p and o.completed and o.op in ("save", "rename", "copy", "write")]
+    if not ops:
+        return None
+    step = max(ops, key=lambda o: o.t_begin).step
+    return [step, step + 1]
 
 
-def final_checkpoint(ev, rel_path: str, key: str | None = None, require_keys: list[str] = (),
-                     single_writer: bool = True, rtol: float = 1e-5, atol: float = 1e-6) -> FinalCheckpoint:
-    """``rel_path`` is relative to the run's working dir."""
+def final_checkpoint(ev, rel_path: str, require: list[str] = (), single_writer: bool = True,
+                     rtol: float = 1e-5, atol: float = 1e-6) -> FinalCheckpoint:
+    """The checkpoint at ``rel_path`` (relative to the run's working dir) loads, holds what
+    ``require`` names (``grader.evidence.contents.KINDS``, recognised by content), and holds the
+    run's final parameters (matched by structure, whatever the keys and the names)."""
     work = Path(ev.run_dir) / "work"
     path = work / rel_path.rstrip("/")
     evidence: dict[str, Any] = {"path": rel_path}
@@ -80,22 +82,12 @@ def final_checkpoint(ev, rel_path: str, key: str | None = None, require_keys: li
     except LayoutError as e:
         return FinalCheckpoint(False, f"the checkpoint at {rel_path} does not load: {e}", evidence)
     if not isinstance(ckpt, dict):
-        return FinalCheckpoint(False, f"the checkpoint at {rel_path} holds a {type(ckpt).__name__}, "
+        return FinalCheckpoint(False, f"the checkpoint at {rel_path} holds {contents.summary(ckpt)}, "
                                "not a dict of state", evidence)
     evidence["keys"] = _keys(ckpt, folder)[:20]
     if folder:
         evidence["layout"] = "dcp" if (path / ".metadata").exists() else "dir"
-    missing = [k for k in require_keys if k not in _keys(ckpt, folder)]
-    if missing:
-        return FinalCheckpoint(False, f"the checkpoint at {rel_path} has no {', '.join(missing)} "
-                               f"(it holds: {', '.join(evidence['keys'])})", evidence)
-    state = ckpt.get(key) if key else ckpt
     final = ev.params(0) if ev.status == "ok" else None
-    if folder and not isinstance(state, dict) and final is not None:
-        state = _model_state(ckpt, {strip_wrappers(n) for n in final})
-    if not isinstance(state, dict):
-        return FinalCheckpoint(False, f"the checkpoint at {rel_path} has no model state under "
-                               f"{key!r}", evidence)
     writers = writers_of(ev, path)
     evidence["writers"] = writers
     if single_writer and len(writers) > 1:
@@ -107,15 +99,26 @@ def final_checkpoint(ev, rel_path: str, key: str | None = None, require_keys: li
                                "cannot hold the final parameters", evidence)
     if final is None:
         return FinalCheckpoint(False, "rank 0 left no final parameters to compare the checkpoint with", evidence)
-    saved = {strip_wrappers(k): v for k, v in state.items() if hasattr(v, "shape")}
-    saved = {k: v for k, v in saved.items() if k in final}
-    cmp = compare(saved, final, rtol, atol, equal_nan=True)  # a NaN state saved as it is, is the state
-    evidence.update(cmp)
-    if not cmp["same_names"]:
-        return FinalCheckpoint(False, f"the checkpoint at {rel_path} lacks parameters the model trained "
-                               f"(e.g. {', '.join(cmp['only_second'])})", evidence)
+    states = contents.model_states(ckpt, final)
+    if not states:
+        return FinalCheckpoint(False, f"the checkpoint at {rel_path} holds no model state with the structure of "
+                               f"the model the run trained ({len(final)} tensors; it holds "
+                               f"{contents.summary(ckpt)})", evidence)
+    best = None
+    for where, state in states:  # the model may be saved twice (an EMA copy, a "best" copy): any one
+        cmp = compare(state, final, rtol, atol, equal_nan=True)  # a NaN state saved as it is, is the state
+        if best is None or cmp.get("max_abs_diff", float("inf")) < best[1].get("max_abs_diff", float("inf")):
+            best = (where, cmp)
+        if cmp["close"]:
+            break
+    where, cmp = best
+    evidence.update(cmp, model_at=where or "(top level)")
     if not cmp["close"]:
         return FinalCheckpoint(False, f"the checkpoint at {rel_path} is not the final model: largest difference "
                                f"{cmp.get('max_abs_diff', float('nan')):.3g} in {cmp.get('worst_param')}", evidence)
+    lacks = contents.missing_state(ckpt, [k for k in require if k != "model"], final, _written_at(ev, path))
+    if lacks:
+        return FinalCheckpoint(False, f"the checkpoint at {rel_path} holds no {' and no '.join(lacks)} "
+                               f"(it holds {contents.summary(ckpt)})", evidence)
     return FinalCheckpoint(True, f"the checkpoint at {rel_path} loads and holds the final parameters", evidence,
                            ckpt)

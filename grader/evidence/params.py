@@ -1,38 +1,36 @@
-"""Reading parameters: comparing two name->tensor dicts, the names a wrapper adds, and a run's
-final parameters once every rank agrees on them."""
+"""Reading parameters: comparing two name->tensor dicts matched by the model's structure
+(``grader.evidence.align``), and a run's final parameters once every rank agrees on them."""
 
 from __future__ import annotations
 
 from typing import Any
 
-WRAPPER_PREFIXES = ("module.", "_orig_mod.")  # DDP / FSDP1 wrappers, torch.compile
+from grader.evidence.align import aligned, strip_wrappers
 
-
-def strip_wrappers(name: str) -> str:
-    for prefix in WRAPPER_PREFIXES:
-        while name.startswith(prefix):
-            name = name[len(prefix):]
-    return name
+__all__ = ["compare", "disagreement", "strip_wrappers"]
 
 
 def compare(a: dict[str, Any], b: dict[str, Any], rtol: float, atol: float, equal_nan: bool = False) -> dict[str, Any]:
-    """How far two name->tensor dicts are apart, and whether they agree within tolerance.
+    """How far two name->tensor dicts are apart, and whether they agree within tolerance. The
+    tensors are paired by the model's structure, whatever the names (``align``): ``same_structure``
+    is False, with ``problem``, when no pairing exists; ``matched_by`` says how they were paired.
+    Names in the result (``worst_param``) are ``b``'s.
 
     NaN and inf never compare close to a number (nor NaN to NaN, unless ``equal_nan``: replicas
     corrupted alike are still replicas); ``nonfinite_first`` / ``nonfinite_second`` count them, and
     an element finite in one and not in the other makes ``max_abs_diff`` inf."""
     import torch
 
-    if set(a) != set(b):
-        return {"same_names": False, "only_first": sorted(set(a) - set(b))[:5],
-                "only_second": sorted(set(b) - set(a))[:5], "close": False}
+    a, b, al = aligned(a, b)
+    if not al.ok:
+        return {"same_structure": False, "close": False, **al.to_json()}
     worst_name, worst_abs, worst_rel, close = None, 0.0, 0.0, True
     bad_a = bad_b = total = 0
     for name in sorted(a):
         x, y = a[name].double(), b[name].double()
         if x.shape != y.shape:
-            return {"same_names": True, "close": False, "shape_mismatch": name,
-                    "shapes": [list(x.shape), list(y.shape)]}
+            return {"same_structure": False, "close": False, "shape_mismatch": name,
+                    "shapes": [list(x.shape), list(y.shape)], **al.to_json()}
         fx, fy = torch.isfinite(x), torch.isfinite(y)
         bad_a += int((~fx).sum())
         bad_b += int((~fy).sum())
@@ -51,7 +49,7 @@ def compare(a: dict[str, Any], b: dict[str, Any], rtol: float, atol: float, equa
             close = False
         if abs_max > worst_abs:
             worst_name, worst_abs, worst_rel = name, abs_max, rel
-    out = {"same_names": True, "close": close, "max_abs_diff": worst_abs,
+    out = {"same_structure": True, "matched_by": al.how, "close": close, "max_abs_diff": worst_abs,
            "max_rel_diff": worst_rel, "worst_param": worst_name}
     if bad_a or bad_b:
         out.update(nonfinite_first=bad_a, nonfinite_second=bad_b, elements=total)

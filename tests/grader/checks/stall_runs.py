@@ -63,7 +63,8 @@ def make_stall_run(root: Path, dts: list[float] | None = None, saves: list[dict[
                 begin["src"] = str(work / o["src"])
             if begin["op"] == "save" and fingerprints:
                 held = o.get("held", o["step"])
-                begin["fp"] = o.get("fp", {"model.w": fp(held), "optimizer.state.0.exp_avg": 0.5})
+                terms = o.get("fp", {"model.w": None, "optimizer.state.0.exp_avg": 0.5})
+                begin["fp"] = {k: fp(held) if v is None else v for k, v in terms.items()}  # None: the model's
                 begin["keys"] = o.get("keys", ["model", "optimizer", "scheduler", "step"])
             begin.update(o.get("begin_extra", {}))
             b.save_record(r, **begin)
@@ -89,7 +90,11 @@ def make_stall_run(root: Path, dts: list[float] | None = None, saves: list[dict[
 
 
 def full_state(step: int) -> dict[str, Any]:
-    return {"model": {"w": weights(step)}, "optimizer": {"state": {}}, "scheduler": {}, "step": step}
+    # as torch lays out an Adam's and a scheduler's state dicts: recognised by content, not by key
+    return {"model": {"w": weights(step)},
+            "optimizer": {"state": {0: {"step": torch.tensor(float(step)), "exp_avg": torch.full((4,), 0.5)}},
+                          "param_groups": [{"lr": 0.1, "betas": (0.9, 0.999), "params": [0]}]},
+            "scheduler": {"last_epoch": step, "base_lrs": [0.1], "_step_count": step + 1}, "step": step}
 
 
 def t_end(step: int) -> float:
@@ -116,8 +121,8 @@ def every(k: int, **kw) -> list[dict]:
 
 
 def fresh(**kw) -> CheckpointFresh:
-    args = dict(name="checkpoint_fresh", path="out/ckpt.pt", interval=K, slack=SLACK, key="model",
-                require_keys=["model", "optimizer", "scheduler", "step"])
+    args = dict(name="checkpoint_fresh", path="out/ckpt.pt", interval=K, slack=SLACK,
+                require=["optimizer", "scheduler", "step"])
     return CheckpointFresh(**{**args, **kw})
 
 

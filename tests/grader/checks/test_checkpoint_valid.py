@@ -36,27 +36,45 @@ def _run(root, ckpt=None, writers=(0,), final=FINAL):
 ])
 def test_checkpoint_valid_names_every_rank_that_wrote_the_file(tmp_path, writers, single_writer, passed, says):
     main = _run(tmp_path / "main", {"model": FINAL}, writers)
-    s = spec("checkpoint_valid", path="out/ckpt.pt", key="model", single_writer=single_writer)
+    s = spec("checkpoint_valid", path="out/ckpt.pt", single_writer=single_writer)
     c = run_check(s, Context(FakeManifest(), {"main": main}))
     assert c.passed is passed and says in c.message, c.message
     assert c.evidence["writers"] == writers
 
 
+OPT = {"state": {0: {"momentum_buffer": torch.ones(3)}}, "param_groups": [{"lr": 0.1, "momentum": 0.9, "params": [0]}]}
+SCALER = {"scale": 65536.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000, "_growth_tracker": 7}
+
+
 @pytest.mark.parametrize("ckpt, fields, passed, says", [
     (None, {}, False, "no checkpoint at out/ckpt.pt"),
-    ({"model": FINAL}, {"require_keys": ["optimizer"]}, False, "has no optimizer"),
+    ({"model": FINAL}, {"require": ["optimizer"]}, False, "holds no optimizer state"),
+    ({"model": FINAL, "opt": OPT}, {"require": ["optimizer"]}, True, "holds the final parameters"),
+    # an optimizer that keeps momentum, saved without it, is not its state
+    ({"model": FINAL, "opt": {**OPT, "state": {}}}, {"require": ["optimizer"]}, False, "is hollow"),
     ({"model": {"w": torch.zeros(3)}}, {}, False, "is not the final model"),
-    ({"model": {}}, {}, False, "lacks parameters the model trained"),
-    ({"weights": FINAL}, {}, False, "has no model state under 'model'"),
-    ({"model": FINAL, "val_loss": 0.5}, {"reference_keys": ["val_loss"]}, True, "val_loss as in the reference run"),
-    ({"model": FINAL, "val_loss": 0.7}, {"reference_keys": ["val_loss"]}, False,
-     "the checkpoint's 'val_loss' is 0.7, 40.0% away from the reference run's"),
-    ({"model": FINAL}, {"reference_keys": ["val_loss"]}, False, "the checkpoint's 'val_loss' is missing"),
+    ({"model": {}}, {}, False, "holds no model state with the structure of the model the run trained"),
+    ({"model": {"w": torch.ones(4)}}, {}, False, "holds no model state with the structure"),
+    # whatever the keys and the wrapper: the model by structure, the scaler and the step by content
+    ({"weights": FINAL}, {}, True, "holds the final parameters"),
+    ({"state": {"net": {"module.lit.w": torch.ones(3)}}}, {}, True, "holds the final parameters"),
+    ({"model": FINAL, "amp": SCALER, "iter_num": 1}, {"require": ["scaler", "step"]}, True, "final parameters"),
+    ({"model": FINAL, "amp": {"scale": 1.0}}, {"require": ["scaler"]}, False, "holds no loss-scaler state"),
+    ({"model": FINAL, "iter_num": 7}, {"require": ["step"]}, False, "holds no step count"),
+    # what a careful resume adds (RNG states, the config) changes nothing
+    ({"model": FINAL, "rng": {"python": (3, tuple(range(625)), None), "torch": torch.zeros(8, dtype=torch.uint8)},
+      "config": {"lr": 0.1}}, {}, True, "holds the final parameters"),
+    ({"model": FINAL, "val_loss": 0.5}, {"reference_values": ["val_loss"]}, True, "val_loss as in the reference run"),
+    ({"model": FINAL, "metrics": {"loss/val": 0.50000001}}, {"reference_values": ["val_loss"]}, True,
+     "val_loss as in the reference run"),
+    ({"model": FINAL, "val_loss": 0.7}, {"reference_values": ["val_loss"]}, False,
+     "holds no value equal to the reference run's val_loss (within 0.0001 relative), under any key: it holds val_loss = 0.7"),
+    ({"model": FINAL}, {"reference_values": ["val_loss"]}, False, "holds no value equal to the reference run's val_loss"),
 ])
 def test_checkpoint_valid(tmp_path, ckpt, fields, passed, says):
     runs = {"main": _run(tmp_path / "main", ckpt),
             "reference": _run(tmp_path / "reference", {"model": FINAL, "val_loss": 0.5})}
-    c = run_check(spec("checkpoint_valid", path="out/ckpt.pt", key="model", **fields),
+    c = run_check(spec("checkpoint_valid", path="out/ckpt.pt", **fields),
                   Context(FakeManifest(), runs))
     assert c.passed is passed and says in c.message, c.message
 
@@ -74,6 +92,6 @@ def test_an_unloadable_checkpoint_says_why(tmp_path):
 def test_the_evidence_never_holds_the_reference_value(tmp_path):
     runs = {"main": _run(tmp_path / "main", {"model": FINAL, "val_loss": 0.7}),
             "reference": _run(tmp_path / "reference", {"model": FINAL, "val_loss": 0.4321})}
-    c = run_check(spec("checkpoint_valid", path="out/ckpt.pt", key="model", reference_keys=["val_loss"]),
+    c = run_check(spec("checkpoint_valid", path="out/ckpt.pt", reference_values=["val_loss"]),
                   Context(FakeManifest(), runs))
     assert not c.passed and "0.4321" not in repr(c.evidence) + c.message

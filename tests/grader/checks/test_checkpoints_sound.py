@@ -260,7 +260,7 @@ EXERCISE = Path(__file__).resolve().parents[3] / "exercises" / "checkpoint-resum
     (("kill_step = 29\n", ""), "checks[1].kill_step: Field required; add it"),
     (("kill_step = 29", "kill_step = 0"), "checks[1].kill_step: Input should be greater than 0"),
     (("save_kill_step = 41", "save_kill_step = -1"), "checks[1].save_kill_step: Input should be greater than 0"),
-    (('require = ["model", "optimizer"]', 'require = ["model", "scaler"]'), "checks[1].require[1]: Input should be"),
+    (('require = ["model", "optimizer"]', 'require = ["model", "weights"]'), "checks[1].require[1]: Input should be"),
     (("kill_rank = 1", "kill_rank = 1\nkill_at = 3"), "checks[1].kill_at: Extra inputs are not permitted; remove it"),
 ])
 def test_manifest_fields(tmp_path, edit, says):
