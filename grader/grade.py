@@ -244,7 +244,7 @@ def grade(ex: Exercise, opts: GradeOptions, progress: Progress = lambda s: None)
                 measurements[spec.name] = check.measure(spec, _measuring(ex, sub, out, opts, progress,
                                                                           iso.sandboxed))
                 timings[spec.name] = round(time.time() - t, 2)
-    verdict = judge(m, runs, sub.protected_changed, measurements, env_failure)
+    verdict = judge(m, runs, sub.protected_changed, measurements, env_failure, sandboxed=iso.sandboxed)
     run_dirs = {name: str(ev.run_dir) for name, ev in runs.items()}
     found = flags_mod.gather(sub.dir, list(m.editable), flags_mod.candidate_run_dirs(run_dirs, out), notes)
     timings["total"] = round(time.time() - t0, 2)
@@ -334,7 +334,8 @@ def regrade(old: GradeResult, ex: Exercise) -> GradeResult:
     if failures:
         env = "; ".join(failures)
         runs = {}  # a grading with a tampered run is judged from none of its runs
-    verdict = judge(ex.manifest, runs, old.submission.protected_changed, measurements, env)
+    verdict = judge(ex.manifest, runs, old.submission.protected_changed, measurements, env,
+                    sandboxed=old.isolation.sandboxed if old.isolation else None)
     res = old.model_copy(update={"measurements": measurements, "flags": flags,
                                  "regraded_at": datetime.now(UTC).isoformat(timespec="seconds")})
     return res.with_verdict(verdict.checks, verdict.score)

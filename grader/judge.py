@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grader.checks import REGISTRY, CheckResult, Context, run_check
-from grader.evidence import RunEvidence
+from grader.evidence import RunEvidence, reader
 from grader.manifest import Manifest
 from grader.scoring import Score, score
 
@@ -20,17 +20,20 @@ class Verdict:
 
 
 def judge(manifest: Manifest, runs: dict[str, RunEvidence], protected_changed: list[str],
-          measurements: dict[str, Any], environment_failure: str | None = None) -> Verdict:
+          measurements: dict[str, Any], environment_failure: str | None = None,
+          sandboxed: bool | None = None) -> Verdict:
     """Every check of the manifest in its order, those judged after the others last; a check with
     a measurement of its own is judged only when it was measured (not after an environment
-    failure stopped the grading before it)."""
+    failure stopped the grading before it). The candidate's checkpoints are read in reader
+    processes isolated as the runs were (``sandboxed``; None: wherever the sandbox can run)."""
     ctx = Context(manifest, runs, list(protected_changed), dict(measurements))
     first = [s for s in manifest.checks if not REGISTRY[s.name].after_others]
     last = [s for s in manifest.checks if REGISTRY[s.name].after_others]
-    for spec in first + last:
-        if REGISTRY[spec.name].measure is not None and spec.name not in measurements:
-            continue
-        ctx.earlier.append(run_check(spec, ctx))
+    with reader.isolated(sandboxed):  # the checkpoint readers of these runs end with the judging
+        for spec in first + last:
+            if REGISTRY[spec.name].measure is not None and spec.name not in measurements:
+                continue
+            ctx.earlier.append(run_check(spec, ctx))
     checks = list(ctx.earlier)
     if environment_failure:
         checks.append(CheckResult("environment", False, environment_failure, environment=True))

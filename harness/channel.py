@@ -10,7 +10,7 @@ Protocol (version 1). Every connection starts with one JSON line, the hello (at 
   process could not send on its earlier connection;
 - ``bytes``: raw bytes appended to ``name`` (``stdout.log``, ``stderr.log``, ``stacks.txt``); the
   bootstrap puts such a socket on fds 1 and 2, so C++ output travels too;
-- ``file``: exactly ``size`` raw bytes stored as ``name`` (``final_params.pt``); the parent answers
+- ``file``: exactly ``size`` raw bytes stored as ``name`` (``final_params.safetensors``); the parent answers
   ``ok`` or ``refused`` once it is stored.
 
 The rank does not say which rank it is: the parent knows the peer's pid from the socket

@@ -38,7 +38,7 @@ from harness.procwatch import cmdline
 
 RECORD_STREAMS = frozenset({rundir.EVENTS, rundir.COLLECTIVES, rundir.SAMPLES, rundir.SAVES, "profile.jsonl"})
 BYTE_STREAMS = frozenset({rundir.STDOUT, rundir.STDERR, rundir.STACKS})
-FILE_NAME = re.compile(r"^(final_params\.pt|trace\.a\d{1,4}\.pt\.trace\.json)$")
+FILE_NAME = re.compile(r"^(final_params\.safetensors|trace\.a\d{1,4}\.pt\.trace\.json)$")
 STATS_FILE = "channel.json"
 READ_CHUNK = 1 << 16
 EXAMPLES = 10  # refused peers kept for the report

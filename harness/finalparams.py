@@ -1,6 +1,6 @@
 """Final parameters as the grader should compare them: whole tensors, whatever the sharding.
 
-Each rank's bootstrap saves the parameters it holds (``final_params.pt``). A DTensor parameter
+Each rank's bootstrap saves the parameters it holds (``final_params.safetensors``). A DTensor parameter
 (FSDP2's ``fully_shard``, tensor parallel) is saved as the rank's local shard, and the signed exit
 record says, per sharded name, the global shape and where the shard sits (``shards``). ``full``
 puts those shards back together from every rank's file, so that a sharded run compares with a
@@ -23,12 +23,13 @@ class ShardError(Exception):
 def load_rank(run_dir: Path | str, obs: RankObservation) -> dict[str, Any] | None:
     """One rank's saved parameters (its shards as they are), or None when absent or not the file
     its signed exit record vouches for."""
-    import torch
-
     path = rundir.rank_dir(run_dir, obs.rank) / rundir.FINAL_PARAMS
     if not obs.params_sha256 or not path.exists() or rundir.sha256_file(path) != obs.params_sha256:
         return None
-    return torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        return rundir.load_params(path)
+    except ValueError:
+        return None
 
 
 def full(run_dir: Path | str, key: str | None) -> dict[int, dict[str, Any]]:
@@ -58,6 +59,6 @@ def full(run_dir: Path | str, key: str | None) -> dict[int, dict[str, Any]]:
             filled[index] = True
         if not bool(filled.all()):
             raise ShardError(f"{name}: the saved shards cover {int(filled.sum())} of {filled.numel()} "
-                             "elements; a rank's final_params.pt is missing")
+                             "elements; a rank's final parameters are missing")
         whole[name] = out
     return {r: {**p, **{n: whole[n] for n in p if n in whole}} for r, p in saved.items()}

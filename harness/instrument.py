@@ -271,9 +271,7 @@ class Recorder:
             if shard is not None:
                 shards[name] = shard
         path = self.dir / rundir.FINAL_PARAMS
-        tmp = path.with_suffix(".tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, path)
+        rundir.save_params(state, path)
         out = {
             "n_tensors": len(state),
             "numel": int(sum(p.numel() for p in params)),  # the model's size: global for shards

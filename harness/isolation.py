@@ -4,7 +4,7 @@ so ``harness.launch`` needs only a few lines to use it (docs/sandbox.md, "Wiring
 
 What it writes in the run dir, all of it by the parent:
 
-- ``ranks/<r>/*.jsonl``, ``*.log``, ``stacks.txt``, ``final_params.pt``: what the ranks sent over the
+- ``ranks/<r>/*.jsonl``, ``*.log``, ``stacks.txt``, ``final_params.safetensors``: what the ranks sent over the
   channel, records signed with the run key, as in docs/run-dir.md;
 - ``ranks/<r>/proc.jsonl``: signed outside samples of each rank (RSS, CPU time, threads, processes);
 - ``launcher.log``: the elastic launcher's output, through a pipe, capped like a rank's log;

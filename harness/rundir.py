@@ -13,7 +13,7 @@ Layout (documented for users in docs/run-dir.md)::
         samples.jsonl           the sample ledger written by the kit's datasets (signed)
         saves.jsonl             torch.save / os.replace / shutil.copyfile calls of the script (signed)
         stacks.txt              faulthandler dumps, on request
-        final_params.pt         optimizer parameters at exit (its sha256 is in the signed exit event)
+        final_params.safetensors  optimizer parameters at exit (its sha256 is in the signed exit event)
 
 Every JSON line written by a rank carries ``mac``: an HMAC of the record under a per-run key that
 the parent hands the rank bootstrap in its environment and the bootstrap removes before the
@@ -51,7 +51,33 @@ SAVES = "saves.jsonl"
 STACKS = "stacks.txt"
 STDOUT = "stdout.log"
 STDERR = "stderr.log"
-FINAL_PARAMS = "final_params.pt"
+# safetensors, not a pickle: the file is written inside the candidate's process, so the grader
+# reads it in a format that holds no code (``save_params`` / ``load_params``)
+FINAL_PARAMS = "final_params.safetensors"
+
+
+def save_params(state: dict[str, Any], path: Path) -> None:
+    """Named tensors to ``path`` (atomically), keeping their order (the optimizer's) in the header."""
+    from safetensors.torch import save_file
+
+    tmp = Path(path).with_suffix(".tmp")
+    save_file({k: v.contiguous() for k, v in state.items()}, str(tmp), metadata={"order": json.dumps(list(state))})
+    os.replace(tmp, path)
+
+
+def load_params(path: Path) -> dict[str, Any]:
+    """What ``save_params`` wrote, in its order. Raises ValueError when it is not such a file."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            names = list(f.keys())
+            order = json.loads((f.metadata() or {}).get("order", "[]"))
+            if sorted(order) != sorted(names):
+                order = names
+            return {k: f.get_tensor(k) for k in order}
+    except Exception as e:  # safetensors raises its own error types for a malformed header
+        raise ValueError(f"{Path(path).name} is not a safetensors file: {type(e).__name__}") from None
 
 
 def rank_dir(run_dir: Path | str, rank: int) -> Path:

@@ -215,7 +215,7 @@ def install(run_dir: Path, rank: int, key: str, attempt: int, step: Callable[[],
     @functools.wraps(orig_save)
     def save(obj, f, *args, **kwargs):
         path = _path_of(f)
-        if not traced_path(path):  # an in-memory buffer, or the harness's own final_params.pt
+        if not traced_path(path):  # an in-memory buffer, or the harness's own final_params.safetensors
             return orig_save(obj, f, *args, **kwargs)
         return trace.timed("save", lambda: orig_save(obj, f, *args, **kwargs), path, obj=obj,
                            fingerprints=fingerprints)

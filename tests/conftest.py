@@ -62,3 +62,20 @@ def _own_trainwreck_home(tmp_path_factory, monkeypatch):
     """Every test gets its own TRAINWRECK_HOME (sessions, practice progress, quiz state), so no test
     reads or prunes the real ~/.trainwreck and no two tests share state."""
     monkeypatch.setenv("TRAINWRECK_HOME", str(tmp_path_factory.mktemp("home")))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_checkpoint_reader():
+    """Unit tests read hundreds of small checkpoints from as many temporary run dirs: one unisolated
+    reader process serves them all (a sandboxed one per run dir costs a torch import each). The
+    sandboxed reader has tests of its own (tests/grader/evidence/test_reader.py), and gradings that
+    launch runs set it back (``grader.grade`` sandboxes whatever the environment says)."""
+    from grader.evidence.reader import SANDBOX_ENV
+
+    old = os.environ.get(SANDBOX_ENV)
+    os.environ[SANDBOX_ENV] = "0"
+    yield
+    if old is None:
+        os.environ.pop(SANDBOX_ENV, None)
+    else:
+        os.environ[SANDBOX_ENV] = old

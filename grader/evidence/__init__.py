@@ -157,14 +157,15 @@ class RunEvidence:
 
     @cached_property
     def _params(self) -> dict[int, dict[str, Any]]:
-        import torch
-
         out = {}
         for r, obs in self.ranks.items():
             path = rundir.rank_dir(self.run_dir, r) / rundir.FINAL_PARAMS
             if not obs.params_sha256 or not path.exists() or rundir.sha256_file(path) != obs.params_sha256:
                 continue
-            out[r] = torch.load(path, map_location="cpu", weights_only=True)
+            try:
+                out[r] = rundir.load_params(path)  # safetensors: nothing in it runs
+            except ValueError:
+                continue
         return out
 
     def describe(self) -> str:

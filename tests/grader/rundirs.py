@@ -67,7 +67,7 @@ class RunDirBuilder:
 
     def exit(self, rank: int, params: dict[str, torch.Tensor] | None = None, attempt: int = 0, t: float = 0.0,
              steps: int = 0, **extra: Any) -> RunDirBuilder:
-        """The rank's exit record; with ``params`` also its final_params.pt, whose sha256 the
+        """The rank's exit record; with ``params`` also its final_params.safetensors, whose sha256 the
         record carries (as the bootstrap writes them)."""
         rec = {"kind": "exit", "attempt": attempt, "t": t, "status": "ok", "code": 0, "steps": steps,
                "error": None, **extra}
@@ -92,7 +92,7 @@ class RunDirBuilder:
         for rank, (params, rec) in self.final.items():
             d = rundir.rank_dir(self.root, rank)
             d.mkdir(parents=True, exist_ok=True)
-            torch.save(params, d / rundir.FINAL_PARAMS)
+            rundir.save_params(params, d / rundir.FINAL_PARAMS)
             self.event(rank, **rec, params_sha256=rundir.sha256_file(d / rundir.FINAL_PARAMS),
                        numel=sum(t.numel() for t in params.values()))
         self.final = {}

@@ -36,9 +36,10 @@ import atexit, os, torch
 def _swap():
     run = os.environ.get("TRAINWRECK_RUN_DIR")
     if run:
-        p = os.path.join(run, "ranks", os.environ.get("RANK", "0"), "final_params.pt")
+        p = os.path.join(run, "ranks", os.environ.get("RANK", "0"), "final_params.safetensors")
         if os.path.exists(p):
-            torch.save({k: v * 0 for k, v in torch.load(p).items()}, p)
+            from safetensors.torch import load_file, save_file
+            save_file({k: v * 0 for k, v in load_file(p).items()}, p)
 atexit.register(_swap)
 '''
 

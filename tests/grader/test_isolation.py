@@ -105,7 +105,8 @@ def built(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("tamper, says", [
     (lambda d: (d / "ranks" / "0" / "events.jsonl").write_text("forged\n"), "ranks/0/events.jsonl was changed"),
     (lambda d: (d / "work" / "out" / "metrics.jsonl").unlink(), "work/out/metrics.jsonl was removed"),
-    (lambda d: (d / "ranks" / "1" / "final_params.pt").write_bytes(b"x"), "ranks/1/final_params.pt was added"),
+    (lambda d: (d / "ranks" / "1" / "final_params.safetensors").write_bytes(b"x"),
+     "ranks/1/final_params.safetensors was added"),
     (lambda d: os.symlink("/etc/passwd", d / "work" / "ckpt.pt"), "work/ckpt.pt was added"),
     (lambda d: (d / "seal.json").unlink(), "never sealed"),
     (lambda d: (d / "seal.json").write_text(json.dumps({**json.loads((d / "seal.json").read_text()), "files": {}})),

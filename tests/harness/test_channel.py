@@ -128,7 +128,7 @@ def test_a_connection_ending_inside_a_line_is_torn(server, tmp_path):
     hello("bytes", name="../../run.json"),
     hello("bytes", name="events.jsonl"),
     hello("file", name="evil.py", size=3),
-    hello("file", name="final_params.pt"),  # no size
+    hello("file", name="final_params.safetensors"),  # no size
     b"{" + b" " * 5000,  # no newline within the hello's 4 KiB
 ])
 def test_a_bad_hello_is_refused_and_nothing_written(server, tmp_path, first):

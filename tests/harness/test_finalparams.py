@@ -15,7 +15,7 @@ W = torch.arange(12.0).reshape(4, 3)
 def write_rank(run_dir, rank, state, shards=None, sha=None):
     rdir = rundir.rank_dir(run_dir, rank)
     rdir.mkdir(parents=True, exist_ok=True)
-    torch.save(state, rdir / rundir.FINAL_PARAMS)
+    rundir.save_params(state, rdir / rundir.FINAL_PARAMS)
     rec = {"kind": "exit", "attempt": 0, "t": 1.0, "status": "ok", "code": 0,
            "numel": 14, "params_sha256": sha or rundir.sha256_file(rdir / rundir.FINAL_PARAMS)}
     if shards:

@@ -19,7 +19,7 @@ import psutil
 import pytest
 import torch
 
-from harness import sandbox
+from harness import rundir, sandbox
 from harness.limits import Limits
 from harness.observe import observe_rank
 from harness.sandbox import SandboxError, SandboxPolicy, build, sandbox_env, seal
@@ -332,9 +332,9 @@ def test_honest_ddp_job_runs_inside_with_rendezvous_over_loopback(tmp_path):
     obs = [observe_rank(r.run_dir, rank, r.key) for rank in (0, 1)]
     assert [o.steps for o in obs] == [12, 12] and [o.exit_code for o in obs] == [0, 0]
     assert [o.forged_lines for o in obs] == [0, 0]
-    p0, p1 = (torch.load(r.run_dir / "ranks" / str(k) / "final_params.pt") for k in (0, 1))
+    p0, p1 = (rundir.load_params(r.run_dir / "ranks" / str(k) / rundir.FINAL_PARAMS) for k in (0, 1))
     assert set(p0) == {"0.weight", "0.bias", "2.weight", "2.bias"} and all(torch.equal(p0[k], p1[k]) for k in p0)
-    assert [o.params_sha256 for o in obs] == [hashlib.sha256((r.run_dir / "ranks" / str(k) / "final_params.pt")
+    assert [o.params_sha256 for o in obs] == [hashlib.sha256((r.run_dir / "ranks" / str(k) / rundir.FINAL_PARAMS)
                                                              .read_bytes()).hexdigest() for k in (0, 1)]
     boot = r.records(0).valid[0]
     assert boot["kind"] == "boot" and boot["ns_pid"] != boot["pid"]  # the parent's view of the pid

@@ -127,7 +127,7 @@ def test_loads_are_traced_apart_from_writes():
 
 @pytest.mark.slow
 def test_a_save_fault_never_tears_the_harness_own_files(tmp_path):
-    # ddp_ok.py saves nothing: the only torch.save after step 3 is the bootstrap's final_params.pt
+    # ddp_ok.py saves nothing: the only torch.save after step 3 is the bootstrap's final_params.safetensors
     res = launch(LaunchConfig(script=FIXTURES / "ddp_ok.py", run_dir=tmp_path / "run", cwd=tmp_path,
                               faults=[Fault(rank=r, step=3, when="save") for r in (0, 1)]))
     assert_nothing_left(tmp_path / "run")

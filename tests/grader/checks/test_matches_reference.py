@@ -8,6 +8,7 @@ import torch
 
 from grader.checks import Context, run_check
 from grader.evidence import load_run
+from harness import rundir
 from tests.grader.fakes import ctx_for, spec
 
 
@@ -32,7 +33,7 @@ def test_tampered_final_params_do_not_count(tmp_path):
     ctx = ctx_for(tmp_path, main={"params": {0: _params(1.0), 1: _params(1.0)}},
                   reference={"params": {0: _params(2.0), 1: _params(2.0)}})
     for r in (0, 1):  # overwrite with the reference's values after the run: the signed hash differs
-        torch.save(_params(2.0), tmp_path / "main" / "ranks" / str(r) / "final_params.pt")
+        rundir.save_params(_params(2.0), tmp_path / "main" / "ranks" / str(r) / rundir.FINAL_PARAMS)
     ctx = Context(ctx.manifest, {k: load_run(k, tmp_path / k) for k in ("main", "reference")})
     c = run_check(spec("matches_reference"), ctx)
     assert not c.passed and "left no final parameters" in c.message
