@@ -8,7 +8,12 @@ from typing import Any
 
 from grader.evidence import RunEvidence
 from grader.evidence.fingerprints import step_fingerprints, unobserved_change
-from grader.roles import RESTARTED
+from grader.roles import FINGERPRINTS, RESTARTED, Role, RunRequest
+
+
+def fingerprinted_main(spec, manifest) -> list[RunRequest]:
+    """The main run, recorded with per-step parameter fingerprints (a check's ``runs``)."""
+    return [RunRequest(Role.MAIN, manifest.world_size, env=FINGERPRINTS)]
 
 
 def close(a: float, b: float, spec) -> bool:

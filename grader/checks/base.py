@@ -87,6 +87,8 @@ class Check:
     # runs of its own after the ordinary ones (throughput's interleaved rounds): (spec, how) -> a
     # JSON-able measurement, kept in result.json and handed to the judge as ctx.measurements[name]
     measure: Callable[[Any, Any], dict[str, Any]] | None = None
+    # the one property of the brief this check judges, in a phrase (the validity table shows it)
+    property: str = ""
 
 
 @dataclass

@@ -327,4 +327,5 @@ def _size(path: Path) -> int:
     return path.stat().st_size
 
 
-CHECK = Check("checkpoint_fresh", Spec, judge, runs=runs, needs_reference=lambda spec: True)
+CHECK = Check("checkpoint_fresh", Spec, judge, runs=runs, needs_reference=lambda spec: True,
+              property='a complete checkpoint no older than the interval exists at every step (and in every copy), and the last holds the final state')

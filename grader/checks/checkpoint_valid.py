@@ -78,4 +78,5 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
                        evidence)
 
 
-CHECK = Check("checkpoint_valid", Spec, judge, needs_reference=lambda spec: bool(spec.reference_values))
+CHECK = Check("checkpoint_valid", Spec, judge, needs_reference=lambda spec: bool(spec.reference_values),
+              property="the checkpoint loads as the script's resume loads it and holds the final model and the state the brief names")

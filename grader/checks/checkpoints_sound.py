@@ -386,4 +386,5 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
                        f"({restarts}) began from the newest complete checkpoint", evidence)
 
 
-CHECK = Check("checkpoints_sound", Spec, judge, runs=runs)
+CHECK = Check("checkpoints_sound", Spec, judge, runs=runs,
+              property='every checkpoint on disk loads whole, has one writer, is never seen half-written, and each restart resumes from the newest')

@@ -115,4 +115,5 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     return CheckResult(name, True, msg, evidence)
 
 
-CHECK = Check("collectives_per_step", Spec, judge)
+CHECK = Check("collectives_per_step", Spec, judge,
+              property='gradients travel in few collectives per optimizer step, carrying the gradient bytes')

@@ -51,4 +51,5 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     return CheckResult("completes", False, f"{who} failed: {last[0]}{where}", evidence)
 
 
-CHECK = Check("completes", Spec, judge)
+CHECK = Check("completes", Spec, judge,
+              property='every rank of the job exits cleanly')

@@ -78,4 +78,5 @@ def _corrupted_when(ev) -> str:
     return out
 
 
-CHECK = Check("matches_reference", Spec, judge, needs_reference=lambda spec: True)
+CHECK = Check("matches_reference", Spec, judge, needs_reference=lambda spec: True,
+              property="the final parameters are those a correct run of the exercise's script reaches (the brief asks for the same training)")

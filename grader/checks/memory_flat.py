@@ -210,4 +210,5 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     return CheckResult("memory_flat", True, detail, evidence)
 
 
-CHECK = Check("memory_flat", Spec, judge, needs_reference=lambda spec: bool(spec.max_level_over_reference))
+CHECK = Check("memory_flat", Spec, judge, needs_reference=lambda spec: bool(spec.max_level_over_reference),
+              property="memory of every rank's process tree stays flat over the steps, at the level a correct run holds")

@@ -98,4 +98,5 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
                        f"reference run's (largest relative difference {worst:.1e}){more}", evidence)
 
 
-CHECK = Check("outputs_match", Spec, judge, needs_reference=lambda spec: True)
+CHECK = Check("outputs_match", Spec, judge, needs_reference=lambda spec: True,
+              property='the metrics the script writes are the values a correct run computes')

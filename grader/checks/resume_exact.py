@@ -17,11 +17,11 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from grader.checks._path import judge_run, path_of
+from grader.checks._path import fingerprinted_main, judge_run, path_of
 from grader.checks.base import Check, CheckResult, CheckSpec, Context, agreed_params, need, need_trained
 from grader.evidence.fingerprints import step_fingerprints
 from grader.evidence.params import compare
-from grader.roles import FINGERPRINTS, RESTARTED, Role, RunRequest
+from grader.roles import RESTARTED, Role
 
 OWN = "its own uninterrupted run"
 
@@ -37,10 +37,6 @@ class Spec(CheckSpec):
     # final parameters: the restarted run against the uninterrupted one
     params_rtol: float = Field(1e-5, ge=0)
     params_atol: float = Field(1e-6, ge=0)
-
-
-def runs(spec: Spec, manifest) -> list[RunRequest]:
-    return [RunRequest(Role.MAIN, manifest.world_size, env=FINGERPRINTS)]
 
 
 def judge(spec: Spec, ctx: Context) -> CheckResult:
@@ -93,4 +89,5 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
                        f"took the same steps as {OWN}, ending at its parameters", evidence)
 
 
-CHECK = Check("resume_exact", Spec, judge, runs=runs)
+CHECK = Check("resume_exact", Spec, judge, runs=fingerprinted_main,
+              property="a killed and restarted run continues exactly as the submission's own uninterrupted run, losing at most one checkpoint interval")

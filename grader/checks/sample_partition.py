@@ -244,4 +244,5 @@ def _resume(spec, ctx: Context, uninterrupted: dict[int, list[int]], evidence: d
                        f"restart every rank consumed exactly what an uninterrupted run consumes{jitter}", evidence)
 
 
-CHECK = Check("sample_partition", Spec, judge, runs=runs)
+CHECK = Check("sample_partition", Spec, judge, runs=runs,
+              property='every epoch each sample is read once across ranks, in a new order, and a restart reads exactly what an uninterrupted run reads')

@@ -160,4 +160,5 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
                        f"p50 {info['p50_s']:.3f} s, p99 {info['p99_s']:.3f} s; bound {bound:g}x)", evidence)
 
 
-CHECK = Check("step_time_tail", Spec, judge, needs_reference=lambda spec: bool(spec.max_median_over_reference))
+CHECK = Check("step_time_tail", Spec, judge, needs_reference=lambda spec: bool(spec.max_median_over_reference),
+              property='no step is much slower than the median step: the stall is out of the step loop')

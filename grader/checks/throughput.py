@@ -116,4 +116,5 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
                        credit=tp.normalized if tp.counted else 0.0)
 
 
-CHECK = Check("throughput", Spec, judge, needs_reference=lambda spec: True, after_others=True, measure=measure)
+CHECK = Check("throughput", Spec, judge, needs_reference=lambda spec: True, after_others=True, measure=measure,
+              property='the job trains faster, measured side by side with the broken script and the reference')

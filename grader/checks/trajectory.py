@@ -21,10 +21,10 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from grader.checks._path import judge_run, path_of
+from grader.checks._path import fingerprinted_main, judge_run, path_of
 from grader.checks.base import Check, CheckResult, CheckSpec, Context, need, need_trained
 from grader.evidence.fingerprints import step_fingerprints
-from grader.roles import FINGERPRINTS, RESTARTED, Role, RunRequest
+from grader.roles import RESTARTED, Role
 
 
 class Spec(CheckSpec):
@@ -39,10 +39,6 @@ class Spec(CheckSpec):
     atol: float = Field(1e-6, ge=0)
     # the job checkpoints every this many steps: a restarted run may lose at most this much work
     checkpoint_interval: int | None = Field(None, gt=0)
-
-
-def runs(spec: Spec, manifest) -> list[RunRequest]:
-    return [RunRequest(Role.MAIN, manifest.world_size, env=FINGERPRINTS)]
 
 
 def judge(spec: Spec, ctx: Context) -> CheckResult:
@@ -81,4 +77,5 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
                        f"({max(ref)} steps; largest relative difference {worst:.1e}){extra}", evidence)
 
 
-CHECK = Check("trajectory", Spec, judge, runs=runs, needs_reference=lambda spec: True)
+CHECK = Check("trajectory", Spec, judge, runs=fingerprinted_main, needs_reference=lambda spec: True,
+              property="the parameters follow a correct run's path step by step (the brief asks for the same training)")

@@ -252,4 +252,5 @@ def _evaluations(ev, ds: str, want, evidence: dict[str, Any]) -> str | None:
     return None
 
 
-CHECK = Check("workload_intact", Spec, judge)
+CHECK = Check("workload_intact", Spec, judge,
+              property="the job does the brief's work: every sample, the effective batch per optimizer step, all the steps and evaluations")

@@ -58,4 +58,5 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
                        f"parameters within rtol={spec.rtol:g}, atol={spec.atol:g}", evidence)
 
 
-CHECK = Check("world_size_equivalence", Spec, judge, runs=runs)
+CHECK = Check("world_size_equivalence", Spec, judge, runs=runs,
+              property='the script trains the same model at every world size that divides the batch')
