@@ -15,6 +15,7 @@ from grader.checks.base import Check, CheckResult, CheckSpec, Context, need
 from grader.evidence import contents
 from grader.evidence.checkpoint import final_checkpoint
 from grader.evidence.layouts import LayoutError, load_checkpoint
+from grader.evidence.params import compare
 
 
 class Spec(CheckSpec):
@@ -27,6 +28,11 @@ class Spec(CheckSpec):
     # submission's checkpoint must also hold, under whatever key: what a collective in the
     # checkpoint path computes (a validation loss averaged over ranks) cannot be dropped unnoticed
     reference_values: list[str] = []
+    # the optimizer's per-parameter state (Adam's moments, SGD's momentum) within this relative
+    # difference (per tensor, of its norm) of the reference run's checkpoint's, matched by
+    # structure: what the gradients were, where the parameters cannot tell (AdamW is nearly blind
+    # to the gradients' scale, so a sum where an average was meant ends at the same parameters)
+    optimizer_against_reference: float | None = Field(None, gt=0)
     # from the save trace: one rank wrote it (every rank saving one path is a race, apex#629)
     single_writer: bool = True
     rtol: float = Field(1e-5, ge=0)
@@ -73,10 +79,55 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
                 listing = ", ".join(f"{p} = {v:.6g}" for p, v in list(held.items())[:6]) or "no numbers"
                 return CheckResult(name, False, f"the checkpoint holds no value equal to the reference run's {k} "
                                    f"(within {VALUE_RTOL:g} relative), under any key: it holds {listing}", evidence)
-    what = " and " + ", ".join(spec.reference_values) + " as in the reference run" if spec.reference_values else ""
+    if spec.optimizer_against_reference:
+        problem = _optimizer_against_reference(spec, ctx, ckpt, evidence)
+        if problem is not None:
+            return problem
+    said = [*spec.reference_values, *(["the optimizer's state"] if spec.optimizer_against_reference else [])]
+    what = " and " + ", ".join(said) + " as in the reference run" if said else ""
     return CheckResult(name, True, f"the checkpoint at {spec.path} loads and holds the final parameters{what}",
                        evidence)
 
 
-CHECK = Check("checkpoint_valid", Spec, judge, needs_reference=lambda spec: bool(spec.reference_values),
+def _optimizer_against_reference(spec: Spec, ctx: Context, ckpt, evidence) -> CheckResult | None:
+    name = "checkpoint_valid"
+    ref = need(ctx, name, "reference")
+    if isinstance(ref, CheckResult):
+        return ref
+    try:
+        theirs = load_checkpoint(Path(ref.run_dir) / "work" / spec.path, Path(ref.run_dir) / "work")
+    except LayoutError as e:
+        return CheckResult(name, False, f"the reference run's checkpoint does not load: {e}", evidence,
+                           environment=True)
+    want, mine = contents.optimizer_moments(theirs), contents.optimizer_moments(ckpt)
+    if not want:
+        return CheckResult(name, False, "the reference run's checkpoint holds no optimizer state", evidence,
+                           environment=True)
+    if mine is None:
+        return CheckResult(name, False, f"the checkpoint at {spec.path} holds no optimizer state", evidence)
+    compared = evidence.setdefault("optimizer_comparison", {})
+    for k, moments in want.items():
+        if k not in mine:
+            return CheckResult(name, False, f"the checkpoint's optimizer state holds no {k!r} (the optimizer the "
+                               f"brief names keeps it per parameter; it holds {', '.join(mine) or 'none'})", evidence)
+        cmp = compare(mine[k], moments, 0.0, 0.0, max_rel=spec.optimizer_against_reference)
+        compared[k] = {f: cmp.get(f) for f in ("close", "max_tensor_rel_diff", "worst_rel_param", "matched_by", "problem")}
+        if not cmp["close"]:
+            detail = (f"{cmp['max_tensor_rel_diff']:.1%} of the tensor's norm (parameter {cmp['worst_rel_param']})"
+                      if cmp.get("same_structure") else cmp.get("problem", "the states differ in structure"))
+            ratio = _norm_ratio(mine[k], moments)
+            return CheckResult(name, False, f"the optimizer's {k} in the checkpoint differs from a correct run's by "
+                               f"{detail}; its norm is {ratio:.3g}x a correct run's (allowed: "
+                               f"{spec.optimizer_against_reference:.0%} per tensor)", evidence)
+    return None
+
+
+def _norm_ratio(mine: dict, theirs: dict) -> float:
+    a = sum(float(t.double().norm()) for t in mine.values())
+    b = sum(float(t.double().norm()) for t in theirs.values())
+    return a / b if b else float("inf")
+
+
+CHECK = Check("checkpoint_valid", Spec, judge, needs_reference=lambda spec: bool(spec.reference_values
+                                                                                 or spec.optimizer_against_reference),
               property="the checkpoint loads as the script's resume loads it and holds the final model and the state the brief names")

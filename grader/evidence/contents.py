@@ -210,6 +210,26 @@ def missing_state(obj: Any, require: list[str], final: dict[str, Any] | None,
     return out
 
 
+def optimizer_moments(obj: Any) -> dict[str, dict[str, Any]] | None:
+    """The first optimizer state in ``obj`` as ``{state name: {parameter index: tensor}}`` (Adam's
+    ``exp_avg`` and ``exp_avg_sq``, SGD's ``momentum_buffer``; step counts left out), in the order of
+    its parameter indices; None when it holds no optimizer state."""
+    at = find(obj, looks_like_optimizer)
+    if at is None:
+        return None
+    opt = dict(walk(obj))[at]
+    out: dict[str, dict[str, Any]] = {}
+    state = opt.get("state", {})
+    for idx in sorted(state, key=lambda k: (not isinstance(k, int), k if isinstance(k, int) else str(k))):
+        entry = state[idx]
+        if not isinstance(entry, dict):
+            continue
+        for k, v in entry.items():
+            if k != "step" and hasattr(v, "shape") and getattr(v, "dim", lambda: 0)() > 0:
+                out.setdefault(str(k), {})[str(idx)] = v
+    return out
+
+
 def first_hollow(obj: Any) -> str | None:
     """Why the first optimizer state dict in ``obj`` is hollow (None: none is)."""
     return next((w for _, v in walk(obj) if looks_like_optimizer(v) and (w := hollow_optimizer(v))), None)

@@ -10,7 +10,8 @@ from grader.evidence.align import aligned, strip_wrappers
 __all__ = ["compare", "disagreement", "strip_wrappers"]
 
 
-def compare(a: dict[str, Any], b: dict[str, Any], rtol: float, atol: float, equal_nan: bool = False) -> dict[str, Any]:
+def compare(a: dict[str, Any], b: dict[str, Any], rtol: float, atol: float, equal_nan: bool = False,
+            max_rel: float | None = None) -> dict[str, Any]:
     """How far two name->tensor dicts are apart, and whether they agree within tolerance. The
     tensors are paired by the model's structure, whatever the names (``align``): ``same_structure``
     is False, with ``problem``, when no pairing exists; ``matched_by`` says how they were paired.
@@ -18,13 +19,18 @@ def compare(a: dict[str, Any], b: dict[str, Any], rtol: float, atol: float, equa
 
     NaN and inf never compare close to a number (nor NaN to NaN, unless ``equal_nan``: replicas
     corrupted alike are still replicas); ``nonfinite_first`` / ``nonfinite_second`` count them, and
-    an element finite in one and not in the other makes ``max_abs_diff`` inf."""
+    an element finite in one and not in the other makes ``max_abs_diff`` inf.
+
+    ``max_rel``: close when every tensor's relative difference (``||a - b|| / ||b||``) is at most
+    this, instead of ``rtol``/``atol`` element by element: for arithmetic whose rounding may change
+    (gradients summed on a 16-bit wire), where single elements move by more than the whole does."""
     import torch
 
     a, b, al = aligned(a, b)
     if not al.ok:
         return {"same_structure": False, "close": False, **al.to_json()}
     worst_name, worst_abs, worst_rel, close = None, 0.0, 0.0, True
+    most_rel, most_rel_name = 0.0, None  # the largest per-tensor relative difference, and where
     bad_a = bad_b = total = 0
     for name in sorted(a):
         x, y = a[name].double(), b[name].double()
@@ -45,12 +51,18 @@ def compare(a: dict[str, Any], b: dict[str, Any], rtol: float, atol: float, equa
         rel = float((x - y)[both].norm() / y[both].norm().clamp_min(1e-12)) if diff.numel() else 0.0
         if abs_max == float("inf"):
             rel = float("inf")
-        if not torch.allclose(x, y, rtol=rtol, atol=atol, equal_nan=equal_nan):
+        if max_rel is not None:
+            if not rel <= max_rel:  # NaN and inf included
+                close = False
+        elif not torch.allclose(x, y, rtol=rtol, atol=atol, equal_nan=equal_nan):
             close = False
         if abs_max > worst_abs:
             worst_name, worst_abs, worst_rel = name, abs_max, rel
+        if not rel <= most_rel:
+            most_rel, most_rel_name = rel, name
     out = {"same_structure": True, "matched_by": al.how, "close": close, "max_abs_diff": worst_abs,
-           "max_rel_diff": worst_rel, "worst_param": worst_name}
+           "max_rel_diff": worst_rel, "worst_param": worst_name,
+           "max_tensor_rel_diff": most_rel, "worst_rel_param": most_rel_name}
     if bad_a or bad_b:
         out.update(nonfinite_first=bad_a, nonfinite_second=bad_b, elements=total)
     return out

@@ -95,3 +95,27 @@ def test_the_evidence_never_holds_the_reference_value(tmp_path):
     c = run_check(spec("checkpoint_valid", path="out/ckpt.pt", reference_values=["val_loss"]),
                   Context(FakeManifest(), runs))
     assert not c.passed and "0.4321" not in repr(c.evidence) + c.message
+
+
+def _adam(scale: float, noise: float = 0.0) -> dict:
+    torch.manual_seed(0)
+    m = torch.randn(3)
+    return {"state": {0: {"step": torch.tensor(5.0), "exp_avg": m * scale + noise * torch.randn(3),
+                          "exp_avg_sq": (m * m) * scale ** 2}},
+            "param_groups": [{"lr": 1e-3, "betas": (0.9, 0.999), "params": [0]}]}
+
+
+@pytest.mark.parametrize("mine, passed, says", [
+    # the same gradients, rounded on a 16-bit wire: within the tolerance, under another key
+    ({"weights": FINAL, "adam": _adam(1.0, noise=1e-4)}, True, "and the optimizer's state as in the reference run"),
+    # gradients summed where an average was meant: the parameters barely move, the moments are 2x, 4x
+    ({"model": FINAL, "optimizer": _adam(2.0)}, False,
+     "the optimizer's exp_avg in the checkpoint differs from a correct run's by 100.0% of the tensor's norm"),
+    ({"model": FINAL}, False, "holds no optimizer state"),
+])
+def test_the_optimizer_state_is_compared_with_a_correct_runs_by_structure(tmp_path, mine, passed, says):
+    runs = {"main": _run(tmp_path / "main", mine),
+            "reference": _run(tmp_path / "reference", {"model": FINAL, "optimizer": _adam(1.0)})}
+    c = run_check(spec("checkpoint_valid", path="out/ckpt.pt", optimizer_against_reference=0.05),
+                  Context(FakeManifest(), runs))
+    assert c.passed is passed and says in c.message, c.message

@@ -87,3 +87,15 @@ def test_same_shaped_layers_pair_in_the_order_the_model_holds_them():
     renamed = {f"layer{i}.{k}": t for i, (n, t) in enumerate(ref.items()) for k in [n.split(".")[-1]]}
     cmp = compare(renamed, ref, rtol=0.0, atol=0.0)
     assert cmp["close"] and cmp["matched_by"] == "structure", cmp
+
+
+def test_a_relative_tolerance_judges_each_tensor_as_a_whole():
+    """fp16 on the wire moves single elements more than the tensor: per-tensor norms decide."""
+    ref = params(mlp())
+    mine = {n: t + 1e-3 * t.abs().max() * (torch.rand_like(t) - 0.5) for n, t in ref.items()}
+    assert not compare(mine, ref, rtol=1e-5, atol=1e-6)["close"]
+    cmp = compare(mine, ref, rtol=0.0, atol=0.0, max_rel=0.01)
+    assert cmp["close"] and 0 < cmp["max_tensor_rel_diff"] < 0.01, cmp
+    mine["4.bias"] = mine["4.bias"] * 2
+    cmp = compare(mine, ref, rtol=0.0, atol=0.0, max_rel=0.01)
+    assert not cmp["close"] and cmp["worst_rel_param"] == "4.bias", cmp
