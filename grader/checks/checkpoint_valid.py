@@ -73,7 +73,8 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
             # never the reference's figure in a message: it could be copied into a checkpoint that
             # skipped the work; the candidate's own numbers are theirs to see
             at = contents.find_value(ckpt, want, VALUE_RTOL, VALUE_ATOL)
-            compared[k] = {"found_at": at}
+            near = contents.closest(ckpt, want)
+            compared[k] = {"found_at": at, "closest_relative_difference": None if near is None else round(near[1], 9)}
             if at is None:
                 held = contents.numbers(ckpt)
                 listing = ", ".join(f"{p} = {v:.6g}" for p, v in list(held.items())[:6]) or "no numbers"

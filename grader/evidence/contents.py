@@ -181,6 +181,20 @@ def find_value(obj: Any, value: float, rtol: float = 1e-4, atol: float = 1e-6) -
     return None
 
 
+def closest(obj: Any, value: float) -> tuple[str, float] | None:
+    """The number nearest ``value`` (path, relative difference), for the evidence: how far the
+    candidate's nearest figure was, whether or not it was within tolerance."""
+    best = None
+    for path, v in walk(obj, 3):
+        n = _number(v)
+        if n is None or not math.isfinite(n):
+            continue
+        rel = abs(n - value) / max(abs(value), 1e-12)
+        if best is None or rel < best[1]:
+            best = (path, rel)
+    return best
+
+
 def numbers(obj: Any, depth: int = 2) -> dict[str, float]:
     """Every scalar number in the top ``depth`` levels, by path (for saying what a checkpoint holds)."""
     return {p: n for p, v in walk(obj, depth) if p and (n := _number(v)) is not None}
