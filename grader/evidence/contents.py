@@ -11,7 +11,9 @@ called, so each kind of state is recognised by what it is:
 - **optimizer**: ``param_groups`` (a list of dicts of hyperparameters) and ``state``; hollow when
   its hyperparameters say it keeps per-parameter state and it holds no tensor of it;
 - **scheduler**: ``last_epoch`` and ``base_lrs`` (every ``torch.optim.lr_scheduler``);
-- **scaler**: ``scale`` and ``_growth_tracker`` (``torch.amp.GradScaler.state_dict()``);
+- **scaler**: a positive number under a key naming a scale, and an integer count beside it
+  (``torch.amp.GradScaler.state_dict()``'s ``scale`` and ``_growth_tracker``, or a hand-written
+  dynamic scale's);
 - **step**: an integer equal to the number of optimizer steps the run had made, anywhere;
 - a **value** the reference's checkpoint holds (a validation loss, a token count): a number in
   the candidate's checkpoint equal to it within tolerance, under whatever key.
@@ -144,7 +146,15 @@ def is_scheduler(d: Any) -> bool:
 
 
 def is_scaler(d: Any) -> bool:
-    return isinstance(d, dict) and "scale" in d and "_growth_tracker" in d
+    """A dynamic loss scale's state: a positive scale under a key that says so, and the integer count
+    it grows by (``torch.amp.GradScaler``: ``scale`` and ``_growth_tracker``; a hand-written one:
+    ``{"scale", "growth_interval", "clean_steps"}``, say)."""
+    if not isinstance(d, dict):
+        return False
+    scales = [n for k, v in d.items() if "scale" in str(k).lower() and (n := _number(v)) is not None and n > 0]
+    counts = [v for k, v in d.items() if "scale" not in str(k).lower() and isinstance(v, int)
+              and not isinstance(v, bool)]
+    return bool(scales) and bool(counts)
 
 
 def _number(v: Any) -> float | None:

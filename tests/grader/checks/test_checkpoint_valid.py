@@ -60,6 +60,9 @@ SCALER = {"scale": 65536.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth
     ({"state": {"net": {"module.lit.w": torch.ones(3)}}}, {}, True, "holds the final parameters"),
     ({"model": FINAL, "amp": SCALER, "iter_num": 1}, {"require": ["scaler", "step"]}, True, "final parameters"),
     ({"model": FINAL, "amp": {"scale": 1.0}}, {"require": ["scaler"]}, False, "holds no loss-scaler state"),
+    # a hand-written dynamic scale: its scale and the count it grows by
+    ({"model": FINAL, "scaler": {"scale": 32768.0, "growth_interval": 2000, "clean_steps": 17}},
+     {"require": ["scaler"]}, True, "final parameters"),
     ({"model": FINAL, "iter_num": 7}, {"require": ["step"]}, False, "holds no step count"),
     # what a careful resume adds (RNG states, the config) changes nothing
     ({"model": FINAL, "rng": {"python": (3, tuple(range(625)), None), "torch": torch.zeros(8, dtype=torch.uint8)},
