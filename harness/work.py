@@ -17,7 +17,16 @@ recorded, shows it:
 - ``forward_rows``: the leading dimension of the first tensor each of those calls was given (the
   batch size, for the kit's models), summed;
 - ``autocast``: per outermost forward call, the autocast dtype in force on its input's device
-  (``"float16"``, ``"bfloat16"``), or ``"off"``: ``{dtype: calls}``.
+  (``"float16"``, ``"bfloat16"``), or ``"off"``: ``{dtype: calls}``;
+- ``backward_rows``: the samples the step trained on: the rows of the outermost forward calls
+  (this step's or earlier ones') whose output a backward pass since the previous step went through,
+  each call counted once however many passes reached it; ``backward_max_rows``: the largest of
+  those calls (the micro-batch); ``backward_blind``: backward passes that went through no counted
+  forward call (a loss computed without calling a module, or ``module.forward`` called directly),
+  whose samples cannot be counted. How: a pre-hook on the autograd node of each counted call's
+  output (made with gradients enabled), which fires when a backward pass reaches it, so an
+  evaluation's forward pass that is never backpropagated is not training, with or without
+  ``no_grad``, and gradient accumulation over micro-batches counts the samples once each.
 
 The counts after the last step go into the exit record (``tail_*``). Cost: one attribute check per
 nested module call and a few dictionary operations per outermost one (``benchmarks/evidence_cost.py``).
@@ -47,6 +56,10 @@ class WorkCounter:
         self.forward = 0
         self.rows = 0
         self.autocast: dict[str, int] = {}
+        self.backward_rows = 0
+        self.backward_max_rows = 0
+        self.backward_blind = 0
+        self.reached = False  # a counted forward call's output was reached in the running backward pass
         self.in_backward = 0  # process-wide: a backward pass is running on some thread
         self._tls = _Local()
         self._has_params: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -54,10 +67,12 @@ class WorkCounter:
     def take(self) -> dict[str, Any]:
         """This step's counts (then zero)."""
         out: dict[str, Any] = {"backward_passes": self.backward, "forward_calls": self.forward,
-                               "forward_rows": self.rows}
+                               "forward_rows": self.rows, "backward_rows": self.backward_rows,
+                               "backward_max_rows": self.backward_max_rows, "backward_blind": self.backward_blind}
         if self.autocast:
             out["autocast"] = self.autocast
         self.backward = self.forward = self.rows = 0
+        self.backward_rows = self.backward_max_rows = self.backward_blind = 0
         self.autocast = {}
         return out
 
@@ -76,18 +91,43 @@ class WorkCounter:
             self._has_params[mod] = True
         return found
 
-    def outermost(self, mod: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+    def outermost(self, mod: torch.nn.Module, args: tuple, kwargs: dict) -> int | None:
+        """Count one outermost call; its rows (0 without a batched tensor input), or None when the
+        module holds no parameters (not a forward pass of a model)."""
         if not self.holds_parameters(mod):
-            return
+            return None
         self.forward += 1
         t = _first_tensor(args, kwargs)
+        rows = 0
         if t is None:
             key = "off"
         else:
             if t.dim():
-                self.rows += int(t.shape[0])
+                rows = int(t.shape[0])
+                self.rows += rows
             key = _autocast_dtype(t.device.type)
         self.autocast[key] = self.autocast.get(key, 0) + 1
+        return rows
+
+    def watch(self, out: Any, rows: int) -> None:
+        """Hook the autograd node of a counted call's output (made with gradients enabled): the
+        first backward pass that reaches it adds its rows to the step it belongs to."""
+        if not torch.is_grad_enabled():
+            return
+        nodes = {id(n): n for n in _grad_fns(out)}
+        if not nodes:
+            return
+        cell = [rows, False]  # the call's rows, already counted
+
+        def reached(grad_outputs):
+            self.reached = True
+            if not cell[1]:
+                cell[1] = True
+                self.backward_rows += cell[0]
+                self.backward_max_rows = max(self.backward_max_rows, cell[0])
+
+        for n in nodes.values():
+            n.register_prehook(reached)
 
 
 def _first_tensor(args: tuple, kwargs: dict) -> torch.Tensor | None:
@@ -103,6 +143,20 @@ def _first_tensor(args: tuple, kwargs: dict) -> torch.Tensor | None:
                 if isinstance(x, torch.Tensor):
                     return x
     return None
+
+
+def _grad_fns(out: Any) -> list:
+    """The autograd nodes of the first few tensors of a module's output (a tensor, a sequence, a
+    mapping such as a transformers ModelOutput), where they have one."""
+    if isinstance(out, torch.Tensor):
+        items: list = [out]
+    elif isinstance(out, (list, tuple)):
+        items = list(out[:4])
+    elif isinstance(out, dict):
+        items = list(out.values())[:4]
+    else:
+        return []
+    return [t.grad_fn for t in items if isinstance(t, torch.Tensor) and t.grad_fn is not None]
 
 
 def _autocast_dtype(device_type: str) -> str:
@@ -128,10 +182,16 @@ def install(rec) -> WorkCounter:
         tls.busy = True
         try:
             try:
-                w.outermost(mod, args, kwargs)
+                rows = w.outermost(mod, args, kwargs)
             except Exception:  # never let the count break the script's forward
-                pass
-            return orig_call(mod, *args, **kwargs)
+                rows = None
+            out = orig_call(mod, *args, **kwargs)
+            if rows is not None:
+                try:
+                    w.watch(out, rows)
+                except Exception:
+                    pass
+            return out
         finally:
             tls.busy = False
 
@@ -142,13 +202,17 @@ def install(rec) -> WorkCounter:
         def backward(*args, **kwargs):
             # torch's own calls (torch.compile tracing a backward graph, torch.func) are not the
             # script's backward passes
-            if not w.in_backward and not sys._getframe(1).f_code.co_filename.startswith(_TORCH):
+            outer = not w.in_backward and not sys._getframe(1).f_code.co_filename.startswith(_TORCH)
+            if outer:
                 w.backward += 1
+                w.reached = False
             w.in_backward += 1
             try:
                 return fn(*args, **kwargs)
             finally:
                 w.in_backward -= 1
+                if outer and not w.reached:
+                    w.backward_blind += 1
         return backward
 
     torch.Tensor.backward = wrap(torch.Tensor.backward)

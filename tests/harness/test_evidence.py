@@ -100,6 +100,9 @@ def test_the_work_behind_each_step_is_counted(plain):
     assert [r["backward_passes"] for r in steps] == [3, 3, 3] + [1] * 9
     assert [r["forward_calls"] for r in steps] == [3, 3, 3] + [1] * 9   # the loss module is not a forward
     assert [r["forward_rows"] for r in steps] == [12, 12, 12] + [4] * 9
+    # the samples each step trained on: the three passes of steps 1-3 each reached a forward of 4 rows
+    assert [r["backward_rows"] for r in steps] == [12, 12, 12] + [4] * 9
+    assert {r["backward_max_rows"] for r in steps} == {4} and {r["backward_blind"] for r in steps} == {0}
     assert steps[0]["autocast"] == {"float16": 1, "off": 2} and steps[5]["autocast"] == {"float16": 1}
     end = next(r for r in plain if r["kind"] == "exit")
     assert (end["tail_forward_calls"], end["tail_forward_rows"], end["tail_backward_passes"]) == (1, 4, 0)
@@ -136,7 +139,8 @@ def test_the_injected_overflow_is_skipped_by_a_grad_scaler(bent):
     assert all(json.dumps(r["fp"]) != "NaN" for r in steps)
 
 
-WORK_FIELDS = {"backward_passes", "forward_calls", "forward_rows", "autocast"}
+WORK_FIELDS = {"backward_passes", "forward_calls", "forward_rows", "autocast", "backward_rows",
+               "backward_max_rows", "backward_blind"}
 MEMORY_FIELDS = {"live_tensors", "graph_nodes", "live_bytes", "mem_ms"}
 
 
@@ -152,3 +156,51 @@ def test_work_and_memory_counts_are_recorded_in_gradings_only(tmp_path, graded):
     assert f"module call wrapped: {graded}" in out[0]
     assert [r["step"] for r in _steps(recs)] == list(range(1, 13))  # the step records themselves are the same
     assert all("loss" in r and "rss_mb" in r for r in _steps(recs))
+
+
+SAMPLES_SCRIPT = textwrap.dedent('''
+    import os, sys, torch, torch.nn.functional as F
+    from pathlib import Path
+    os.environ["TRAINWRECK_GRADING_EVIDENCE"] = "1"
+    from harness import instrument
+    rec = instrument.install(Path(sys.argv[1]), 0, {key!r}, 0, None)
+    from harness.workloads import MLP
+    model = MLP(8, 16, 1, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(32, 8), torch.randn(32, 1)
+    # step 1: gradient accumulation, two micro-batches of 16 (the loss halved)
+    for xm, ym in zip(x.chunk(2), y.chunk(2)):
+        (F.mse_loss(model(xm), ym) / 2).backward()
+    opt.step(); opt.zero_grad()
+    # step 2: an evaluation under autograd (never backpropagated), then the batch whole
+    model(torch.randn(100, 8)).mean().item()
+    F.mse_loss(model(x), y).backward()
+    opt.step(); opt.zero_grad()
+    # step 3: the batch, plus a penalty computed without calling a module: a pass that reaches no forward
+    F.mse_loss(model(x), y).backward()
+    (sum(p.pow(2).sum() for p in model.parameters()) * 1e-4).backward()
+    opt.step(); opt.zero_grad()
+    # step 4: the batch trained on three times over, in hidden passes
+    for _ in range(3):
+        F.mse_loss(model(x), y).backward()
+    opt.step()
+    rec.event("exit", status="ok", code=0, steps=rec.step, error=None)
+''')
+
+
+def test_the_samples_each_step_trained_on_are_counted(tmp_path):
+    """What workload_intact judges instead of calls: accumulation counts its micro-batches' samples
+    once each, an evaluation's forward pass (autograd on or not) is not training, and a backward pass
+    that reached no module's output is counted as blind."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINWRECK_")}
+    env["PYTHONPATH"] = str(REPO)
+    env["OMP_NUM_THREADS"] = "1"
+    run_dir = tmp_path / "run"
+    rundir.rank_dir(run_dir, 0).mkdir(parents=True)
+    p = subprocess.run([sys.executable, "-c", SAMPLES_SCRIPT.format(key=KEY), str(run_dir)], capture_output=True,
+                       text=True, env=env, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    steps = _steps(rundir.read_records(rundir.rank_dir(run_dir, 0) / rundir.EVENTS, KEY).valid)
+    got = [(r["backward_passes"], r["forward_rows"], r["backward_rows"], r["backward_max_rows"], r["backward_blind"])
+           for r in steps]
+    assert got == [(2, 32, 32, 16, 0), (1, 132, 32, 32, 0), (2, 32, 32, 32, 1), (3, 96, 96, 32, 0)], got
