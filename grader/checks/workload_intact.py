@@ -4,21 +4,37 @@ Everything here comes from the harness's records: steps from the optimizer hook,
 datasets' ledger, the parameter count from the saved final parameters, the world size from the
 launcher. A submission cannot pass by printing, by shrinking the run, or by writing records itself.
 
-And no work around the records, in every run of the grading (the main run, other world sizes,
-killed and restarted runs; ``grader/evidence/work.py``, ``harness/work.py``):
+The workload is judged in samples, never in calls: gradient accumulation, micro-batches,
+``no_sync``, DataLoader workers (persistent or not, any number, in training or in evaluation) are
+valid wherever the update is the same. So, in every run of the grading (the main run, other world
+sizes, killed and restarted runs; ``grader/evidence/work.py``, ``harness/work.py``):
 
-- backward passes: no optimizer step's iteration may run more than the workload's
-  ``backward_per_step`` (its micro-batches; default 1; at another world size, scaled so the global
-  count is the same). Training the optimizer step hook never saw (a restart that retrains from
-  scratch up to its checkpoint with hidden updates) shows here. Where the workload declares
-  micro-batches (``backward_per_step`` > 1), a run at its world size must also run that many per
-  step (the median): folding them into one larger batch changes the job (its activations no
-  longer fit where the real one runs); and no step may run none (a step record that trained
-  nothing: the step hook called by the script itself);
+- samples per optimizer step: no step may train on more than the effective batch per rank
+  (ceil(global_batch / world size): the rows of the forward passes its backward passes reached,
+  each counted once however many micro-batches they came in). Training the optimizer step hook
+  never saw (a restart that retrains from scratch up to its checkpoint with hidden updates) shows
+  here. Where a backward pass reached no forward call the harness counts (a loss computed without
+  calling a module), its samples cannot be counted, and the step is judged by backward passes as
+  before: no more than the workload's ``backward_per_step``. And the median step may not train on
+  fewer than that batch (a batch that shrank: half of each batch read, the other half dropped);
+- micro-batches: where the workload declares them (``backward_per_step`` > 1: the brief keeps the
+  accumulation because the real job's micro-batch is what fits), the median step's largest
+  backpropagated forward pass may hold no more than the micro-batch (global_batch / (world size x
+  backward_per_step) rows): folding them into larger batches changes the job, splitting them
+  further does not;
+- no step may run no backward pass (a step record that trained nothing: the step hook called by
+  the script itself);
 - rows fed to the model: the rows its outermost forward calls were given may not exceed, at any
   step, the samples the rank had read through the kit's datasets (the ledger), beyond the rows of
   one step: a rank that computes on samples it never read (its peer's half of the batch, taken
   from the dataset's tensors) fails;
+- samples read: every sample of the training set, ``steps x global_batch`` reads in all (fewer
+  is a shrunk workload, named by how many per step), and at most ``READ_AHEAD_SHARE`` of an
+  epoch's share per rank beyond that (a loader's prefetch past the last step it feeds);
+- evaluations: per evaluation split, the samples read across all ranks and their loader workers,
+  a sample counted once per evaluation whichever rank or process read it
+  (``grader.evidence.work.evaluation_reads``), must reach ``count x samples``; fewer names what
+  shrank: skipped evaluations, or fewer samples scored;
 - reads ahead of the steps: at no optimizer step of a run's first attempt may a rank have read
   more than half an epoch's share (``READ_AHEAD_SHARE`` of ceil(dataset_size / world size)
   samples) beyond what its steps had consumed (``grader/evidence/work.py``'s ``read_ahead``). A
@@ -43,9 +59,11 @@ from grader.evidence.timeline import contradictions
 from grader.evidence.work import (
     autocast_misses,
     empty_steps,
-    extra_backward,
+    evaluation_reads,
+    extra_training,
     median_backward,
     read_ahead,
+    samples_per_step,
     skipped_at_overflow,
     unread_rows,
 )
@@ -55,6 +73,11 @@ from grader.roles import Role
 # of what its optimizer steps consumed: prefetching batches is the input pipeline's job; reading
 # (and featurising) the dataset ahead of the steps that train on it is not.
 READ_AHEAD_SHARE = 0.5
+# Reads of one evaluation sample by different ranks within this many optimizer steps of each other
+# are one evaluation of it (every rank scoring the same batch); further apart, two (ranks taking
+# turns). Cross-rank spread of one evaluation's reads, measured: see EVAL_WINDOW_STEPS in
+# solutions/memory-leak/NOTES.md.
+EVAL_WINDOW_STEPS = 1.0
 
 class Spec(CheckSpec):
     name: Literal["workload_intact"]
@@ -103,7 +126,8 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     if finished:
         # an iteration the script's own loss scaler skipped at the injected overflow is an iteration
         per_step = getattr(wl, "backward_per_step", 1)
-        skipped = {r: 1 for r in steps if skipped_at_overflow(ev, r, per_step) is not None}
+        share = math.ceil(wl.global_batch / max(ev.world_size, 1))
+        skipped = {r: 1 for r in steps if skipped_at_overflow(ev, r, per_step, share) is not None}
         if skipped:
             evidence["skipped_at_overflow"] = sorted(skipped)
         bad = {r: s for r, s in steps.items() if s + skipped.get(r, 0) != wl.steps}
@@ -111,11 +135,15 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
             r, s = next(iter(bad.items()))
             problems.append(f"rank {r} made {s} optimizer steps; the workload is {wl.steps}")
         total = sum(samples.values())
-        if total != wl.steps * wl.global_batch:
+        want = wl.steps * wl.global_batch
+        # a loader's prefetch past the last step it feeds is read and never consumed
+        spare = len(ev.ranks) * math.floor(READ_AHEAD_SHARE * math.ceil(wl.dataset_size / max(ev.world_size, 1)))
+        evidence["samples_allowed"] = [want, want + spare]
+        if not want <= total <= want + spare:
             per_step = total / max(sum(steps.values()) / max(len(steps), 1), 1)
             problems.append(f"the ranks consumed {total} samples in all, {per_step:g} per step; the workload is "
                             f"{wl.steps} steps of a global batch of {wl.global_batch} "
-                            f"({wl.steps * wl.global_batch} samples)")
+                            f"({want} samples{f', and a loader prefetching at most {spare} more' if total > want else ''})")
         if distinct != wl.dataset_size:
             problems.append(f"{distinct} distinct samples of {wl.dataset!r} were consumed; the dataset has "
                             f"{wl.dataset_size}")
@@ -151,16 +179,25 @@ def _hidden_work(ctx: Context, main, evidence: dict[str, Any]) -> list[str]:
         # the workload's count is for its world size; at another, the same global batch may take
         # more micro-batches per rank (world size 1 accumulating what two ranks computed)
         per_step = math.ceil(getattr(wl, "backward_per_step", 1) * ctx.manifest.world_size / max(ev.world_size, 1))
+        share = math.ceil(wl.global_batch / max(ev.world_size, 1))
+        at = "" if ev.world_size == ctx.manifest.world_size else f" at world size {ev.world_size}"
         for r in sorted(ev.ranks):
-            extra = extra_backward(ev, r, per_step)
+            extra = extra_training(ev, r, share, per_step)
             if extra:
-                evidence.setdefault("extra_backward", {}).setdefault(role, {})[r] = extra
+                evidence.setdefault("extra_training", {}).setdefault(role, {})[r] = extra
                 attempt = f" of attempt {extra['attempt']}" if extra["attempt"] else ""
-                problems.append(f"rank {r} ran {extra['backward_passes']} backward passes for optimizer step "
-                                f"{extra['step']}{attempt} in {where} ({extra['steps_over']} of its {extra['steps']} "
-                                f"steps ran more than {per_step}); the workload runs {per_step} per optimizer step"
-                                f"{'' if ev.world_size == ctx.manifest.world_size else f' at world size {ev.world_size}'}"
-                                ": training the optimizer step hook never saw")
+                if extra["by"] == "samples":
+                    problems.append(f"rank {r} trained on {extra['samples']} samples at optimizer step {extra['step']}"
+                                    f"{attempt} in {where} (the rows of the forward passes its backward passes "
+                                    f"reached; {extra['steps_over']} of its {extra['steps']} steps trained on more "
+                                    f"than {share}); the workload's effective batch is {wl.global_batch} samples per "
+                                    f"step, {share} per rank{at}: training the optimizer step hook never saw")
+                else:
+                    problems.append(f"rank {r} ran {extra['backward_passes']} backward passes for optimizer step "
+                                    f"{extra['step']}{attempt} in {where} ({extra['steps_over']} of its "
+                                    f"{extra['steps']} steps ran more than {per_step}, through no forward pass whose "
+                                    f"samples could be counted); the workload runs {per_step} per optimizer step"
+                                    f"{at}: training the optimizer step hook never saw")
                 break
         for r in sorted(ev.ranks):
             empty = empty_steps(ev, r)
@@ -172,15 +209,31 @@ def _hidden_work(ctx: Context, main, evidence: dict[str, Any]) -> list[str]:
                                 "nothing")
                 break
         declared = getattr(wl, "backward_per_step", 1)
-        if declared > 1 and ev.world_size == ctx.manifest.world_size:
-            for r in sorted(ev.ranks):
-                med = median_backward(ev, r)
+        micro = wl.global_batch / (ctx.manifest.world_size * declared)
+        for r in sorted(ev.ranks):
+            got = samples_per_step(ev, r)
+            if got is None:  # samples not countable (an older harness, or a loss no module call made)
+                med = median_backward(ev, r) if declared > 1 and ev.world_size == ctx.manifest.world_size else None
                 if med is not None and med < declared:
                     evidence.setdefault("fewer_backward", {}).setdefault(role, {})[r] = med
                     problems.append(f"rank {r} ran {med:g} backward passes per optimizer step (median) in {where}; "
                                     f"the workload accumulates {declared} micro-batches per step: folding them into "
                                     "fewer, larger batches changes the job")
                     break
+                continue
+            evidence.setdefault("samples_per_step", {}).setdefault(role, {})[r] = got
+            if got["samples"] < share:
+                problems.append(f"rank {r} trained on a median of {got['samples']:g} samples per optimizer step in "
+                                f"{where} (the rows of the forward passes its backward passes reached); the "
+                                f"workload's effective batch is {wl.global_batch} per step, {share} per rank{at}: "
+                                "the batch shrank")
+                break
+            if declared > 1 and got["micro_batch"] > micro:
+                problems.append(f"rank {r} backpropagated forward passes of {got['micro_batch']:g} samples (the median "
+                                f"step's largest) in {where}; the workload accumulates micro-batches of {micro:g} "
+                                f"({declared} per optimizer step at world size {ctx.manifest.world_size}): folding "
+                                "them into fewer, larger batches changes the job")
+                break
         for r in sorted(ev.ranks):
             unread = unread_rows(ev, r)
             if unread:
@@ -234,21 +287,22 @@ def _read_ahead(ev, wl, where: str, role: str, evidence: dict[str, Any]) -> str 
 
 
 def _evaluations(ev, ds: str, want, evidence: dict[str, Any]) -> str | None:
-    """The evaluations on dataset ``ds``: what all ranks read together at each step, one
-    evaluation per step with reads (whichever ranks did them)."""
-    per_step: dict[tuple[int, int], set[int]] = {}
-    for r in ev.ranks:
-        for rec in ev.ledgers.get(r, []):
-            if rec.get("ds") == ds:
-                per_step.setdefault((int(rec.get("a", 0)), int(rec.get("s", 0))), set()).add(int(rec["i"]))
-    sizes = [len(v) for _, v in sorted(per_step.items())]
-    evidence.setdefault("evaluations", {})[ds] = {"count": len(sizes), "distinct_per_evaluation": sorted(set(sizes))}
-    if len(sizes) != want.count:
-        return f"{len(sizes)} evaluations on {ds!r} were made; the workload makes {want.count}"
-    short = [n for n in sizes if n != want.samples]
-    if short:
-        return (f"an evaluation on {ds!r} read {short[0]} distinct samples over all ranks; each evaluation of the "
-                f"workload reads {want.samples}")
+    """The evaluations on dataset ``ds``, judged by what all ranks and their loader workers read:
+    ``count`` evaluations of ``samples`` distinct samples each, a sample counted once per evaluation
+    whichever rank or process read it (``evaluation_reads``)."""
+    got = evaluation_reads(ev, ds, want.count, EVAL_WINDOW_STEPS)
+    need_slots = want.count * want.samples
+    evidence.setdefault("evaluations", {})[ds] = {**got, "needed": need_slots,
+                                                  "evaluations_worth": round(got["slots"] / want.samples, 2)}
+    if not got["slots"]:
+        return f"no rank read {ds!r}: 0 evaluations were made; the workload makes {want.count}"
+    if got["distinct"] < want.samples:
+        return (f"only {got['distinct']} distinct samples of {ds!r} were read over the whole run, by all ranks; "
+                f"each evaluation of the workload reads {want.samples}")
+    if got["slots"] < need_slots:
+        return (f"the ranks read {got['slots']} samples of {ds!r} over the run (a sample counted once per evaluation, "
+                f"whichever rank or loader worker read it): as many as {got['slots'] / want.samples:.4g} evaluations "
+                f"of {want.samples}; the workload makes {want.count} evaluations of {want.samples} ({need_slots} samples)")
     return None
 
 

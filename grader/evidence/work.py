@@ -1,11 +1,19 @@
 """The work behind each optimizer step (``harness/work.py``'s fields of the step records), read
-against the workload: backward passes the hook never saw steps for, rows the model was fed that the
-rank never read through the kit's datasets, reads far ahead of the steps that consume them, and the
-autocast dtype of the forward passes."""
+against the workload in samples, not in calls: the samples each step trained on (the rows of the
+forward passes its backward passes reached) against the effective batch, the micro-batch where the
+workload declares one, samples the model was fed that the rank never read through the kit's
+datasets, reads far ahead of the steps that consume them, the autocast dtype of the forward
+passes, and the evaluations' coverage whichever rank or loader worker read it.
+
+Gradient accumulation, micro-batches, ``no_sync`` and DataLoader workers (persistent or not) change
+the number of forward and backward calls and which process reads a sample, never these figures, so
+they are judged the same; a step that trains on more samples than its batch (training the step hook
+never saw), or on fewer, is told by what shrank or grew."""
 
 from __future__ import annotations
 
 import bisect
+import statistics
 from collections import Counter
 from typing import Any
 
@@ -23,41 +31,57 @@ def _exit(ev, rank: int, attempt: int) -> dict[str, Any] | None:
                 None)
 
 
-def skipped_at_overflow(ev, rank: int, per_step: int) -> int | None:
+def skipped_at_overflow(ev, rank: int, per_step: int, share: int | None = None) -> int | None:
     """The step K whose iteration the script's own loss scaler skipped, or None. The grading made
     step K's gradients overflow (``[run] overflow_at_step``); a GradScaler's skip is recorded by the
     harness as a (skipped) step, but a hand-written dynamic scaler, as Megatron-LM and DeepSpeed keep,
     skips ``optimizer.step()`` itself, so the harness's step K spans that iteration and the next:
-    twice the workload's backward passes, in the first attempt, right at the injected step."""
+    twice the samples of a step (``share`` per rank; records without them: twice the workload's
+    backward passes), in the first attempt, right at the injected step."""
     inj = next((e for e in ev.events(rank) if e.get("kind") == "overflow" and "param" in e
                 and int(e.get("attempt", 0)) == 0), None)
     if inj is None:
         return None
     k = int(inj["step"])
     rec = next((r for r in _steps_by_attempt(ev, rank).get(0, []) if int(r.get("step", -1)) == k), None)
-    if rec is None or rec.get("skipped") or rec.get("backward_passes") != 2 * per_step:
+    if rec is None or rec.get("skipped"):
         return None
-    return k
+    if share is not None and isinstance(rec.get("backward_rows"), int) and not rec.get("backward_blind"):
+        return k if rec["backward_rows"] == 2 * share else None
+    return k if rec.get("backward_passes") == 2 * per_step else None
 
 
-def extra_backward(ev, rank: int, per_step: int) -> dict[str, Any] | None:
-    """The first step (any attempt) whose iteration ran more backward passes than the workload's
-    ``per_step``, or None; the step that spans an iteration skipped at the injected overflow
-    (``skipped_at_overflow``) counts as two. Records without the count (an older harness) are not
-    judged."""
-    skipped = skipped_at_overflow(ev, rank, per_step)
+def _counted(r: dict[str, Any]) -> bool:
+    """Whether a step record's samples can be counted: the record has them, and every backward pass
+    of the step reached a forward call the harness counted."""
+    return isinstance(r.get("backward_rows"), int) and not r.get("backward_blind")
+
+
+def extra_training(ev, rank: int, share: int, per_step: int) -> dict[str, Any] | None:
+    """The first step (any attempt) that trained on more than the effective batch, or None: more
+    than ``share`` samples per rank (the rows of the forward passes its backward passes reached), or,
+    where some backward pass reached no counted forward call (a loss computed without calling a
+    module) so that its samples cannot be counted, more backward passes than the workload's
+    ``per_step``. Records without the samples (an older harness) are judged by passes. The step that
+    spans an iteration skipped at the injected overflow (``skipped_at_overflow``) counts as two."""
+    skipped = skipped_at_overflow(ev, rank, per_step, share)
     for a, steps in sorted(_steps_by_attempt(ev, rank).items()):
-        for r in steps:
-            n = r.get("backward_passes")
-            if a == 0 and skipped is not None and int(r.get("step", -1)) == skipped:
-                continue
-            if isinstance(n, int) and n > per_step:
-                over = sum(1 for x in steps if isinstance(x.get("backward_passes"), int)
-                           and x["backward_passes"] > per_step
-                           and not (a == 0 and skipped is not None and int(x.get("step", -1)) == skipped))
-                return {"attempt": a, "step": int(r["step"]), "backward_passes": n, "steps_over": over,
-                        "steps": len(steps)}
+        over = [r for r in steps if _over(r, share, per_step)
+                and not (a == 0 and skipped is not None and int(r.get("step", -1)) == skipped)]
+        if over:
+            r = over[0]
+            by_rows = _counted(r)
+            return {"attempt": a, "step": int(r["step"]), "by": "samples" if by_rows else "backward passes",
+                    "samples": r.get("backward_rows") if by_rows else None,
+                    "backward_passes": r.get("backward_passes"), "steps_over": len(over), "steps": len(steps)}
     return None
+
+
+def _over(r: dict[str, Any], share: int, per_step: int) -> bool:
+    if _counted(r):
+        return r["backward_rows"] > share
+    n = r.get("backward_passes")
+    return isinstance(n, int) and n > per_step
 
 
 def empty_steps(ev, rank: int) -> dict[str, Any] | None:
@@ -72,13 +96,25 @@ def empty_steps(ev, rank: int) -> dict[str, Any] | None:
 
 
 def median_backward(ev, rank: int) -> float | None:
-    """The median backward passes per optimizer step of the rank's first attempt, or None where
-    the records do not carry the count."""
-    import statistics
-
+    """The median backward passes per optimizer step of the rank's first attempt, or None where the
+    records do not carry the count: what micro-batches are judged by where their samples cannot be
+    counted (``samples_per_step`` is None)."""
     counts = [r["backward_passes"] for r in _steps_by_attempt(ev, rank).get(0, [])
               if isinstance(r.get("backward_passes"), int)]
     return statistics.median(counts) if counts else None
+
+
+def samples_per_step(ev, rank: int) -> dict[str, Any] | None:
+    """The median samples the rank's first-attempt steps trained on, and the median of the largest
+    forward pass each step's backward passes reached (the micro-batch), over the steps whose samples
+    can be counted; None where fewer than half can (then the passes are judged instead)."""
+    steps = _steps_by_attempt(ev, rank).get(0, [])
+    counted = [r for r in steps if _counted(r)]
+    if not steps or len(counted) * 2 < len(steps):
+        return None
+    return {"samples": statistics.median(r["backward_rows"] for r in counted),
+            "micro_batch": statistics.median(r.get("backward_max_rows", 0) for r in counted),
+            "counted_steps": len(counted), "steps": len(steps)}
 
 
 def unread_rows(ev, rank: int) -> dict[str, Any] | None:
@@ -162,6 +198,70 @@ def step_time(rec: dict[str, Any] | None) -> float | None:
     is a contradiction ``timeline`` reports). None where the record has neither."""
     stamps = [float(v) for v in ((rec or {}).get("t"), (rec or {}).get("rt")) if isinstance(v, (int, float))]
     return min(stamps) if stamps else None
+
+
+def _dater(ev, rank: int):
+    """Per attempt, a function from a ledger record to when it was read, in optimizer steps of
+    that attempt (fractional: 2.5 is half-way through step 3's iteration): from the parent's receive
+    time against the rank's step records where both have times, else the record's ``s`` (the steps
+    done when it was read; a forked loader worker's is the step it was forked at)."""
+    times: dict[int, list[float]] = {}
+    for a, steps in _steps_by_attempt(ev, rank).items():
+        ts = sorted(t for r in steps if (t := step_time(r)) is not None)
+        if ts:
+            times[a] = ts
+
+    def date(rec: dict[str, Any]) -> float:
+        a = int(rec.get("a", 0))
+        ts = times.get(a)
+        rt = rec.get("rt")
+        if not ts or not isinstance(rt, (int, float)):
+            return float(rec.get("s") or 0)
+        dt = statistics.median(b - x for x, b in zip(ts, ts[1:])) if len(ts) > 1 else 1.0
+        dt = dt if dt > 0 else 1.0
+        k = bisect.bisect_left(ts, rt)  # steps recorded before the read
+        if k == 0:
+            return (rt - ts[0]) / dt  # during step 1's iteration (or before: negative)
+        if k == len(ts):
+            return k + (rt - ts[-1]) / dt
+        return k + (rt - ts[k - 1]) / max(ts[k] - ts[k - 1], 1e-9)
+    return date
+
+
+def evaluation_reads(ev, ds: str, count: int, window: float) -> dict[str, Any]:
+    """What the ranks read of an evaluation split ``ds``, whichever rank or process read it: per
+    sample, how many evaluations read it (``slots``: a sample read once per evaluation), summed.
+
+    Reads of one sample are grouped in the order they happened (by ``_dater``): a group holds at most
+    one read per rank, and reads within ``window`` steps of its first; each group is one evaluation
+    of that sample. So every rank scoring the same batch counts it once, rank 0 alone scoring the
+    whole split and every rank scoring a shard count each sample as read, and a loader worker
+    prefetching the next evaluations' batches (a persistent one reads the split at once) changes
+    nothing. A sample counts in at most ``count`` evaluations."""
+    reads: dict[int, list[tuple[float, int, int]]] = {}
+    per_rank: dict[int, int] = {}
+    for r in sorted(ev.ranks):
+        date = _dater(ev, r)
+        nth: Counter = Counter()
+        for rec in ev.ledgers.get(r, []):
+            if rec.get("ds") != ds:
+                continue
+            i = int(rec["i"])
+            nth[i] += 1
+            reads.setdefault(i, []).append((date(rec), nth[i], r))
+        per_rank[r] = sum(nth.values())
+    slots = 0
+    for rs in reads.values():
+        rs.sort()
+        groups = 0
+        first, ranks = 0.0, set()
+        for d, _, r in rs:
+            if not groups or r in ranks or d - first > window:
+                groups += 1
+                first, ranks = d, set()
+            ranks.add(r)
+        slots += min(groups, count)
+    return {"slots": slots, "distinct": len(reads), "reads": per_rank}
 
 
 def autocast_misses(ev, rank: int, dtype: str) -> dict[str, Any] | None:

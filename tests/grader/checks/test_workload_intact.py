@@ -38,7 +38,9 @@ def test_workload_intact_fails_on_forged_records(tmp_path):
 
 
 def _eval_run(tmp_path, reads):
-    """``reads``: (rank, step, indices) of the validation split."""
+    """``reads``: (rank, step, indices[, rt]) of the validation split (16 samples; the workload makes
+    2 evaluations of 8): ``step`` is the ledger's ``s``, ``rt`` the parent's receive time (the step
+    records' times are 1.0, 2.0, ...: rt 7.5 is half-way through step 8's iteration)."""
     from grader.manifest import Evaluation, Workload
     from tests.grader.rundirs import RunDirBuilder
 
@@ -51,21 +53,42 @@ def _eval_run(tmp_path, reads):
         order = epochs([perm(0), perm(1)])[r]
         for i in order:
             b.sample(r, i)
-    for rank, step, idx in reads:
-        for i in idx:
-            b.sample(rank, i, dataset="val", step=step)
+    for rank, step, idx, *rt in reads:
+        b.add(rank, "samples.jsonl", a=0, ds="val", i=list(idx), s=step, **({"rt": rt[0]} if rt else {}))
     ctx = Context(FakeManifest(), {"main": load_run("main", b.build())})
     ctx.manifest.workload = Workload(dataset_size=64, global_batch=8, steps=16, params=3,
                                      evaluations={"val": Evaluation(count=2, samples=8)})
     return run_check(spec("workload_intact"), ctx)
 
 
+FIRST, SECOND, SPLIT = range(8), range(8, 16), range(16)
+
+
 @pytest.mark.parametrize("reads, passed, says", [
     ([(0, 8, range(4)), (1, 8, range(4, 8)), (0, 16, range(4)), (1, 16, range(4, 8))], True, "files as shipped"),
     ([(0, 8, range(8)), (0, 16, range(8))], True, "files as shipped"),   # rank 0 alone scores the whole split
     ([(0, 8, range(8)), (1, 8, range(8)), (0, 16, range(8)), (1, 16, range(8))], True, "files as shipped"),
-    ([(0, 8, range(8))], False, "1 evaluations on 'val' were made; the workload makes 2"),
-    ([(0, 8, range(4)), (0, 16, range(4))], False, "read 4 distinct samples over all ranks"),
+    ([(0, 8, FIRST), (1, 8, FIRST), (0, 16, SECOND), (1, 16, SECOND)], True, "files as shipped"),  # the split in turn
+    # persistent loader workers forked before step 1 read the whole split for both evaluations at once,
+    # on every rank (their ``s`` is 0); the parent received them at once
+    ([(0, 0, SPLIT, 0.3), (1, 0, SPLIT, 0.35)], True, "files as shipped"),
+    ([(0, 0, SPLIT, 0.3)], True, "files as shipped"),  # ... on rank 0 alone
+    # ranks take turns: rank 0 scores the batch at step 8, rank 1 the same batch at step 16
+    ([(0, 7, FIRST, 7.5), (1, 15, FIRST, 15.5)], True, "files as shipped"),
+    # workers of a loader that is not persistent, forked at step 8: the batch of step 8 and the next
+    ([(0, 7, FIRST, 7.5), (0, 7, SECOND, 7.6), (1, 7, FIRST, 7.7), (1, 7, SECOND, 8.2)], True, "files as shipped"),
+    # shrunk: one evaluation instead of two
+    ([(0, 8, range(8))], False, "the ranks read 8 samples of 'val' over the run (a sample counted once per "
+                                "evaluation, whichever rank or loader worker read it): as many as 1 evaluations of "
+                                "8; the workload makes 2 evaluations of 8 (16 samples)"),
+    ([(0, 0, FIRST, 0.3), (1, 0, FIRST, 0.35)], False, "as many as 1 evaluations of 8"),  # every rank, once
+    ([(0, 8, FIRST), (1, 8, FIRST)], False, "as many as 1 evaluations of 8"),
+    # shrunk: half of each evaluation
+    ([(0, 8, range(4)), (0, 16, range(4))], False, "only 4 distinct samples of 'val' were read over the whole run, by "
+                                                   "all ranks; each evaluation of the workload reads 8"),
+    ([(0, 8, range(4)), (0, 16, range(4, 8)), (1, 8, range(4)), (1, 16, range(4, 8))], False,
+     "as many as 1 evaluations of 8"),
+    ([], False, "no rank read 'val': 0 evaluations were made; the workload makes 2"),  # skipped
 ])
 def test_evaluations_are_judged_by_what_all_ranks_read_together(tmp_path, reads, passed, says):
     c = _eval_run(tmp_path, reads)
@@ -75,14 +98,19 @@ def test_evaluations_are_judged_by_what_all_ranks_read_together(tmp_path, reads,
 # -- work done around the records: backward passes, rows fed, autocast, contradicting records ------
 
 def _work_run(root, steps=16, backward=None, rows=None, reads=None, autocast=None, attempt1=None, tail_rows=None,
-              saves=(), uploads=(), rt_lag=None, overflow=None, read_rt=False):
+              saves=(), uploads=(), rt_lag=None, overflow=None, read_rt=False, trained=None, micro=None, blind=None,
+              legacy=False):
     """A finished 2-rank run whose step records carry the work fields. ``backward``/``rows``: step ->
     value (default 1 backward, 4 rows); ``reads``: step -> samples read during that step's iteration
     (default 4); ``autocast``: step -> dict (default {"float16": 1}); ``attempt1``: (backward passes of
     its first step, steps) of a restarted attempt; ``saves``: (dur, wall) of traced saves; ``uploads``:
     (dur, wall) of store uploads; ``rt_lag``: step -> parent receive time minus record time;
     ``read_rt``: the ledger records carry the parent's receive time, half a second before the
-    record of the step whose iteration read them (as under the sandbox's record channel)."""
+    record of the step whose iteration read them (as under the sandbox's record channel);
+    ``trained``/``micro``/``blind``: step -> the samples its backward passes reached (default: the
+    rows fed), the largest forward pass among them (default: ``trained``), its backward passes that
+    reached no counted forward call (default 0); ``legacy``: records without those three (an older
+    harness), judged by backward passes. ``attempt1``'s first step trains on its passes' samples."""
     from harness import rundir
     from tests.grader.rundirs import RunDirBuilder
 
@@ -90,13 +118,17 @@ def _work_run(root, steps=16, backward=None, rows=None, reads=None, autocast=Non
     order = {r: epochs([perm(0), perm(1)])[r] for r in range(W)}
     for r in range(W):
         b.event(r, kind="start", attempt=0, t=0.0, pid=1, rank=r)
-        idx = iter(order[r])
+        idx = iter(order[r] * 2)  # past the end: the next epoch's first samples, read ahead
         for s in range(1, steps + 1):
             for _ in range((reads or {}).get(s, 4)):
                 b.sample(r, next(idx), step=s - 1, **({"rt": s - 0.5} if read_rt else {}))
             rec = {"kind": "step", "attempt": 0, "t": float(s), "step": s, "dt": 1.0, "rss_mb": 1.0, "lr": [0.1],
                    "backward_passes": (backward or {}).get(s, 1), "forward_calls": 1,
                    "forward_rows": (rows or {}).get(s, 4), "autocast": (autocast or {}).get(s, {"float16": 1})}
+            if not legacy:
+                n = (trained or {}).get(s, rec["forward_rows"])
+                rec.update(backward_rows=n, backward_max_rows=(micro or {}).get(s, n),
+                           backward_blind=(blind or {}).get(s, 0))
             if rt_lag is not None:
                 rec["rt"] = float(s) + rt_lag(s)
             if overflow == s:  # the grading injected inf into this step's gradients after its backward
@@ -107,8 +139,10 @@ def _work_run(root, steps=16, backward=None, rows=None, reads=None, autocast=Non
             n, k = attempt1
             attempt = 1
             for s in range(1, k + 1):
+                more = {} if legacy else {"backward_rows": 4 * n if s == 1 else 4, "backward_max_rows": 4,
+                                          "backward_blind": (blind or {}).get(s, 0)}
                 b.event(r, kind="step", attempt=1, t=100.0 + s, step=s, dt=1.0, rss_mb=1.0, lr=[0.1],
-                        backward_passes=n if s == 1 else 1, forward_calls=1, forward_rows=4)
+                        backward_passes=n if s == 1 else 1, forward_calls=1, forward_rows=4, **more)
         for i, (dur, wall) in enumerate(saves):
             b.save_record(r, a=0, seq=i + 1, ph="begin", op="save", path=f"/w/c{i}.pt", step=3, t=3.1, main=True)
             b.save_record(r, a=0, seq=i + 1, ph="end", op="save", dur=dur, bytes=10, step=3, t=3.1 + wall, main=True)
@@ -142,15 +176,34 @@ def test_the_work_as_declared_passes(tmp_path):
 
 @pytest.mark.parametrize("kw, workload, says", [
     # a restart that retrains from scratch with updates the optimizer step hook never sees
-    ({"attempt1": (48, 8)}, {}, "rank 0 ran 48 backward passes for optimizer step 1 of attempt 1 in the main run "
-                                "(1 of its 8 steps ran more than 1); the workload runs 1 per optimizer step"),
-    ({"backward": {s: 4 for s in range(1, 17)}}, {}, "rank 0 ran 4 backward passes for optimizer step 1"),
+    ({"attempt1": (48, 8)}, {}, "rank 0 trained on 192 samples at optimizer step 1 of attempt 1 in the main run (the "
+                                "rows of the forward passes its backward passes reached; 1 of its 8 steps trained on "
+                                "more than 4); the workload's effective batch is 8 samples per step, 4 per rank: "
+                                "training the optimizer step hook never saw"),
+    # ... with its losses computed without a module call: judged by backward passes
+    ({"attempt1": (48, 8), "blind": {1: 47}}, {}, "rank 0 ran 48 backward passes for optimizer step 1 of attempt 1 in "
+                                                  "the main run (1 of its 8 steps ran more than 1, through no forward "
+                                                  "pass whose samples could be counted); the workload runs 1 per "
+                                                  "optimizer step"),
+    ({"attempt1": (48, 8), "legacy": True}, {}, "rank 0 ran 48 backward passes for optimizer step 1 of attempt 1"),
+    # every step trains on its batch four times over (4 passes over 4 rows each)
+    ({"backward": {s: 4 for s in range(1, 17)}, "trained": {s: 16 for s in range(1, 17)}}, {},
+     "rank 0 trained on 16 samples at optimizer step 1"),
+    ({"backward": {s: 4 for s in range(1, 17)}, "legacy": True}, {}, "rank 0 ran 4 backward passes for optimizer step 1"),
     # the step hook called once more after each real step: records of steps that trained nothing
     ({"backward": {s: 0 for s in range(2, 17, 2)}}, {}, "rank 0 recorded 8 of its 16 optimizer steps in the main run "
                                                         "with no backward pass (first at step 2)"),
+    # the batch read whole, half of it trained on
+    ({"trained": {s: 2 for s in range(1, 17)}}, {}, "rank 0 trained on a median of 2 samples per optimizer step in the "
+                                                    "main run (the rows of the forward passes its backward passes "
+                                                    "reached); the workload's effective batch is 8 per step, 4 per "
+                                                    "rank: the batch shrank"),
     # four micro-batches folded into one larger batch per step
-    ({}, {"backward_per_step": 4}, "rank 0 ran 1 backward passes per optimizer step (median) in the main run; "
-                                   "the workload accumulates 4 micro-batches per step"),
+    ({}, {"backward_per_step": 4}, "rank 0 backpropagated forward passes of 4 samples (the median step's largest) in "
+                                   "the main run; the workload accumulates micro-batches of 1 (4 per optimizer step at "
+                                   "world size 2): folding them into fewer, larger batches changes the job"),
+    ({"legacy": True}, {"backward_per_step": 4}, "rank 0 ran 1 backward passes per optimizer step (median) in the main "
+                                                 "run; the workload accumulates 4 micro-batches per step"),
     # every rank feeds its model the whole global batch: twice what it read
     ({"rows": {s: 8 for s in range(1, 17)}}, {}, "rank 0's model was fed 24 rows by optimizer step 3 in the main run, "
                                                   "but the rank had read 12 samples through the kit's datasets"),
@@ -166,15 +219,33 @@ def test_work_around_the_records_fails(tmp_path, kw, workload, says):
     assert not c.passed and says in c.message, c.message
 
 
+EVERY = range(1, 17)
+
+
 @pytest.mark.parametrize("kw, workload", [
-    ({"backward": {s: 4 for s in range(1, 17)}}, {"backward_per_step": 4}),  # 4 micro-batches, declared
-    ({"rows": {1: 5}}, {}),                                                   # one probing forward of a row
+    # gradient accumulation over two micro-batches of 2, the same 4 samples per step (no declared micro-batches)
+    ({"backward": {s: 2 for s in EVERY}, "micro": {s: 2 for s in EVERY}}, {}),
+    # ... and one forward over the batch backpropagated twice (retain_graph): still its 4 samples
+    ({"backward": {s: 2 for s in EVERY}}, {}),
+    ({"backward": {s: 4 for s in EVERY}, "micro": {s: 1 for s in EVERY}}, {"backward_per_step": 4}),  # as declared
+    ({"backward": {s: 4 for s in EVERY}, "legacy": True}, {"backward_per_step": 4}),  # as declared, older records
+    ({"rows": {1: 5}, "trained": {1: 4}}, {}),                                # one probing forward of a row
     ({"reads": {1: 12, 2: 0, 3: 0, 4: 4}}, {}),                               # read ahead (workers prefetching)
     ({"autocast": {s: {"float16": 1, "off": 1} for s in range(1, 17)}}, {"autocast": "float16"}),  # eval outside it
 ])
 def test_valid_work_in_other_shapes_passes(tmp_path, kw, workload):
     c = _judge_work(tmp_path, main=_work_run(tmp_path / "main", **kw), **workload)
     assert c.passed, c.message
+
+
+def test_a_loaders_prefetch_past_the_last_step_is_not_a_bigger_workload(tmp_path):
+    """Workers prefetching two batches past the last step (a loop that stops mid-epoch): 8 reads per
+    rank that no step consumed, within half an epoch's share; a whole share more is not."""
+    c = _judge_work(tmp_path, main=_work_run(tmp_path / "main", reads={16: 12}))
+    assert c.passed, c.message
+    c = _judge_work(tmp_path, main=_work_run(tmp_path / "more", reads={16: 24}))
+    assert not c.passed and "the ranks consumed 168 samples in all" in c.message and "at most 32 more" in c.message, \
+        c.message
 
 
 # Reads ahead of the steps, in epoch shares: 64 samples, 2 ranks, a share of 32, 4 per step; 16 steps
@@ -237,24 +308,28 @@ def test_a_rank_cannot_hide_reads_by_stamping_its_steps_late(tmp_path):
     assert read_ahead(load_run("run", b.build()), 0, "train", 4)["ahead"] == 28
 
 
-@pytest.mark.parametrize("overflow, backward, passed, says", [
-    (8, 2, True, "files as shipped"),  # the script's own loss scaler skipped the overflowed iteration
-    (None, 2, False, "rank 0 made 15 optimizer steps; the workload is 16"),  # no overflow: a step lost
-    (8, 3, False, "rank 0 made 15 optimizer steps"),  # more than the two iterations
-    (5, 2, False, "rank 0 made 15 optimizer steps"),  # not at the injected step
+@pytest.mark.parametrize("overflow, backward, trained, legacy, passed, says", [
+    (8, 2, 8, False, True, "files as shipped"),  # the script's own loss scaler skipped the overflowed iteration
+    (8, 4, 8, False, True, "files as shipped"),  # ... each iteration in two micro-batches
+    (8, 2, 8, True, True, "files as shipped"),   # ... older records: by backward passes
+    (None, 2, 8, False, False, "rank 0 made 15 optimizer steps; the workload is 16"),  # no overflow: a step lost
+    (8, 3, 12, False, False, "rank 0 made 15 optimizer steps"),  # more than the two iterations
+    (8, 3, 8, True, False, "rank 0 made 15 optimizer steps"),    # ... older records
+    (5, 2, 8, False, False, "rank 0 made 15 optimizer steps"),   # not at the injected step
 ])
-def test_an_iteration_skipped_at_the_injected_overflow_is_an_iteration(tmp_path, overflow, backward, passed, says):
+def test_an_iteration_skipped_at_the_injected_overflow_is_an_iteration(tmp_path, overflow, backward, trained, legacy,
+                                                                      passed, says):
     """A hand-written dynamic loss scaler (Megatron-LM's, DeepSpeed's) skips optimizer.step() on the
     overflow the grading injects: the harness's step 8 then spans two iterations."""
-    run = _work_run(tmp_path / "main", steps=15, overflow=overflow, backward={8: backward}, rows={8: 8},
-                    reads={8: 8})
+    run = _work_run(tmp_path / "main", steps=15, overflow=overflow, backward={8: backward}, rows={8: trained},
+                    reads={8: 8}, legacy=legacy)
     c = _judge_work(tmp_path, main=run)
     assert c.passed is passed and says in c.message, c.message
 
 
 def test_a_restarted_run_is_judged_too(tmp_path):
     c = _judge_work(tmp_path, resume=_work_run(tmp_path / "resume", attempt1=(40, 8)))
-    assert not c.passed and "ran 40 backward passes for optimizer step 1 of attempt 1 in the resume run" in c.message
+    assert not c.passed and "trained on 160 samples at optimizer step 1 of attempt 1 in the resume run" in c.message
 
 
 @pytest.mark.parametrize("kw, says", [
