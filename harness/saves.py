@@ -117,6 +117,9 @@ class SaveTrace:
             fields["fp"] = fps
             if isinstance(obj, dict):
                 fields["keys"] = [str(k) for k in list(obj)[:64]]
+                ints = scalar_ints(obj)
+                if ints:
+                    fields["ints"] = ints
         seq = self.begin(op, dst, src, **fields)
         t0 = time.perf_counter()
         try:
@@ -167,6 +170,26 @@ def tensor_fingerprints(obj: Any) -> dict[str, float]:
     with torch.no_grad():
         vals = torch.stack([t.detach().reshape(-1)[:8].double().sum().cpu() for _, t in found])
     return dict(zip((p for p, _ in found), vals.tolist()))
+
+
+MAX_INTS = 32
+
+
+def scalar_ints(obj: Any) -> dict[str, int]:
+    """``{path: value}`` of the plain integers in the top two levels of a dict (a step count, an
+    epoch, a scheduler's ``last_epoch``): what a checkpoint says about when it was taken, to set
+    beside the step its tensors hold. Deeper levels (an optimizer's per-parameter ``step``) are left."""
+    out: dict[str, int] = {}
+    for k, v in list(obj.items())[:64] if isinstance(obj, dict) else []:
+        if isinstance(v, int) and not isinstance(v, bool):
+            out[str(k)] = v
+        elif isinstance(v, dict):
+            for k2, v2 in list(v.items())[:64]:
+                if isinstance(v2, int) and not isinstance(v2, bool):
+                    out[f"{k}.{k2}"] = v2
+        if len(out) >= MAX_INTS:
+            break
+    return dict(list(out.items())[:MAX_INTS])
 
 
 _active: SaveTrace | None = None  # this rank's trace, once installed
@@ -436,6 +459,7 @@ class FileOp:
     fp: dict[str, float] | None = None  # what it serialised, by tensor path (save: at begin; write: at end)
     keys: list[str] | None = None  # save of a dict, or a commit: the top-level keys
     fp_changed: bool = False  # the saved tensors changed while the write ran
+    ints: dict[str, int] | None = None  # save of a dict: its integers in the top two levels (``scalar_ints``)
     is_dir: bool = False  # rename: a whole directory moved
     files: list[str] | None = None  # commit: the files (relative to its folder) its metadata lists
     upload_id: int | None = None  # upload: the store service's receipt
@@ -496,6 +520,7 @@ def file_ops(records_by_rank: dict[int, list[dict[str, Any]]],
                 op = FileOp(rank=rank, attempt=k[0], seq=k[1], op=r.get("op", "?"), path=r.get("path"),
                             src=r.get("src"), step=int(r.get("step", 0)), main=bool(r.get("main", True)),
                             t_begin=float(r.get("t", 0.0)), fp=r.get("fp"), keys=r.get("keys"),
+                            ints=r.get("ints") if isinstance(r.get("ints"), dict) else None,
                             is_dir=bool(r.get("dir", False)),
                             files=[str(f) for f in files] if isinstance(files, list) else None)
                 open_ops[k] = op

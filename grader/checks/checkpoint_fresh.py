@@ -116,8 +116,23 @@ class _Holdings:
             return None, "it holds no optimizer state"
         for s, fp in sorted(self._fps[op.rank].get(op.attempt, []), reverse=True):
             if s <= op.step and any(abs(fp - total) <= FP_RTOL * max(1.0, abs(fp)) for total in totals):
-                return s, ""
+                return self._consistent(op, s)
         return None, "its parameters are none the run had after any step"
+
+    def _consistent(self, op: FileOp, s: int) -> tuple[int | None, str]:
+        """A checkpoint that says which step it is must hold that step's parameters: the integers
+        it was saved with, beside the step its tensors hold. A state dict of live tensors handed to
+        a writer (no copy) is saved as the tensors are when the writer gets to it, while its step
+        count is the one taken with the snapshot: a resume from it would replay the steps between
+        with the state of the later one. Steps done (s) and the next step's index (s + 1) are both
+        conventions; a checkpoint whose integers were not traced (a tensor step) is not judged so."""
+        if "step" not in self.spec.require or not op.ints:
+            return s, ""
+        if any(v in (s, s + 1) for v in op.ints.values()):
+            return s, ""
+        said = ", ".join(f"{k} = {v}" for k, v in list(op.ints.items())[:4])
+        return None, (f"it holds the parameters of step {s} but no step count that says so ({said}): the "
+                      "tensors moved on after the snapshot was taken, a live state, not a snapshot")
 
 
 def _optimizer_terms(fp: dict[str, float] | None) -> bool:

@@ -101,25 +101,25 @@ def _as_op(ev, o: Observation) -> FileOp:
     attempt, step = (steps[-1][1], max(s[2] for s in steps if s[1] == steps[-1][1])) if steps else (0, 0)
     op = FileOp(rank=0, attempt=attempt, seq=-(_SEQ0 + o.index), op="watched", path=o.path, src=None, step=step,
                 main=False, t_begin=o.t, t_end=o.t, bytes=o.bytes)
-    fp, keys, why = _content(o)
-    op.fp, op.keys, op.error = fp, keys, why
+    fp, keys, ints, why = _content(o)
+    op.fp, op.keys, op.ints, op.error = fp, keys, ints, why
     return op
 
 
-def _content(o: Observation) -> tuple[dict[str, float] | None, list[str] | None, str | None]:
+def _content(o: Observation) -> tuple[dict[str, float] | None, list[str] | None, dict[str, int] | None, str | None]:
     from grader.evidence.layouts import LayoutError, load_file
     from harness import saves
 
     if o.kept is None or not o.kept.is_file():
-        return None, None, "the parent kept no copy of it"
+        return None, None, None, "the parent kept no copy of it"
     if o.sha256 and rundir.sha256_file(o.kept) != o.sha256:
-        return None, None, "the parent's copy of it changed after it was taken"
+        return None, None, None, "the parent's copy of it changed after it was taken"
     try:
         obj = load_file(o.kept, o.kept.parent)
     except LayoutError as e:
-        return None, None, f"it does not load ({e})"
+        return None, None, None, f"it does not load ({e})"
     keys = [str(k) for k in list(obj)[:64]] if isinstance(obj, dict) else None
-    return saves.tensor_fingerprints(obj), keys, None
+    return saves.tensor_fingerprints(obj), keys, saves.scalar_ints(obj) or None, None
 
 
 def _writing(ev, path: str, t: float) -> bool:

@@ -292,3 +292,16 @@ def test_the_interval_is_at_least_what_the_store_can_take(tmp_path, every_k, ref
         runs["reference"] = load_run("reference", ref)
     c = run_check(fresh(copies=["artifacts/"], copy_slack=6, min_size_of_reference=0), Context(None, runs))
     assert c.passed is passed and says in c.message, c.message
+
+
+@pytest.mark.parametrize("ints, passed, says", [
+    ({"step": None}, True, "states of steps 10, 20"),          # the step it holds
+    ({"iter_num": None, "epoch": 0}, True, "states of steps"),  # under any key
+    ({"step": -3}, False, "holds the parameters of step 10 but no step count that says so (step = 7)"),
+])
+def test_a_checkpoint_must_hold_the_step_it_says_it_is(tmp_path, ints, passed, says):
+    """A state dict of live tensors saved later by a writer holds a later step than its step count."""
+    saves = [o for s in range(K, STEPS + 1, K)
+             for o in atomic(s, begin_extra={"ints": {k: (s if v is None else s + v) for k, v in ints.items()}})]
+    c = judge(tmp_path, fresh(), saves=saves, final_ckpt=full_state(STEPS))
+    assert c.passed is passed and says in c.message, c.message
