@@ -6,7 +6,8 @@ What it writes in the run dir, all of it by the parent:
 
 - ``ranks/<r>/*.jsonl``, ``*.log``, ``stacks.txt``, ``final_params.safetensors``: what the ranks sent over the
   channel, records signed with the run key, as in docs/run-dir.md;
-- ``ranks/<r>/proc.jsonl``: signed outside samples of each rank (RSS, CPU time, threads, processes);
+- ``ranks/<r>/proc.jsonl``: signed outside samples of each rank (RSS, the memory its process tree holds,
+  CPU time, threads, processes);
 - ``launcher.log``: the elastic launcher's output, through a pipe, capped like a rank's log;
 - ``channel.json``: what the channel received, dropped and refused;
 - ``sandbox.json``: the policy the run had, the limits, every limit it went past, the processes that
@@ -114,7 +115,8 @@ class IsolatedRun:
         self.watch.refresh()
         self._end_strays(now)
         found: list[Violation] = []
-        samples = self.watch.sample()
+        write = now - self._last_sample >= self.cfg.sample_every_s
+        samples = self.watch.sample(tree_memory=write)
         by_rank = {}
         for s in samples:
             by_rank[s.rank] = (s.tree_rss_mb, s.pid)
@@ -122,7 +124,7 @@ class IsolatedRun:
             peak["rss_mb"] = max(peak["rss_mb"], s.rss_mb)
             peak["tree_rss_mb"] = max(peak["tree_rss_mb"], s.tree_rss_mb)
             peak["cpu_s"] = max(peak["cpu_s"], s.tree_cpu_s)
-        if now - self._last_sample >= self.cfg.sample_every_s:
+        if write:
             self._last_sample = now
             for s in samples:
                 self._proc_writer(s.rank).write(s.to_json())

@@ -49,17 +49,24 @@ class ProcSample:
     pid: int
     t: float
     rss_mb: float
-    tree_rss_mb: float
+    tree_rss_mb: float  # every process's RSS summed: a forked worker's pages still shared with the rank count twice
     cpu_s: float  # user + system of every thread, plus children it has reaped
     tree_cpu_s: float
     threads: int
     procs: int  # the rank and its live descendants
+    # the rank's RSS plus its descendants' private memory (USS): what the tree holds, each page once
+    # however many forked workers still share it (None: not measured at this look)
+    tree_mb: float | None = None
+    gen: int = 0  # the tree's generation: one more each time the set of descendants changed
 
     def to_json(self) -> dict:
-        return {"a": self.attempt, "t": round(self.t, 3), "pid": self.pid,
-                "rss_mb": round(self.rss_mb, 2), "tree_rss_mb": round(self.tree_rss_mb, 2),
-                "cpu_s": round(self.cpu_s, 3), "tree_cpu_s": round(self.tree_cpu_s, 3),
-                "threads": self.threads, "procs": self.procs}
+        out = {"a": self.attempt, "t": round(self.t, 3), "pid": self.pid,
+               "rss_mb": round(self.rss_mb, 2), "tree_rss_mb": round(self.tree_rss_mb, 2),
+               "cpu_s": round(self.cpu_s, 3), "tree_cpu_s": round(self.tree_cpu_s, 3),
+               "threads": self.threads, "procs": self.procs, "gen": self.gen}
+        if self.tree_mb is not None:
+            out["tree_mb"] = round(self.tree_mb, 2)
+        return out
 
 
 @dataclass
@@ -101,6 +108,7 @@ class ProcWatch:
         self._scan = _Scan()
         self._ranks: dict[tuple[int, float], RankProc] = {}  # identified ranks, by (pid, start time)
         self.duplicates: list[RankProc] = []  # a second live process claiming a rank and attempt
+        self._trees: dict[int, tuple[frozenset, int]] = {}  # rank pid -> (its descendants, generation)
 
     # -- the tree --------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -215,33 +223,57 @@ class ProcWatch:
             return out
 
     # -- measurements ----------------------------------------------------------------------
-    def sample(self) -> list[ProcSample]:
-        """Memory, CPU time, threads and processes of every live rank, from /proc."""
+    def sample(self, tree_memory: bool = False) -> list[ProcSample]:
+        """Memory, CPU time, threads and processes of every live rank, from /proc; with
+        ``tree_memory`` also ``tree_mb``, the memory the tree holds (the rank's RSS plus each
+        descendant's USS: one ``smaps_rollup`` read per descendant, some 6 ms for a forked torch
+        worker, so only at the looks that are written, and only for ranks that have descendants)."""
         now = time.time()
         out = []
         for r in self.ranks():
             tree = self.subtree(r.pid)
             rss = cpu = tree_rss = tree_cpu = 0.0
+            uss: float | None = 0.0 if tree_memory else None
             threads, procs = 0, 0
+            alive: list[tuple[int, float]] = []
             for i, pid in enumerate(tree):
                 try:
                     p = psutil.Process(pid)
                     with p.oneshot():
+                        if i and p.status() == psutil.STATUS_ZOMBIE:
+                            continue  # exited, not yet reaped: nothing left to measure
                         m = p.memory_info().rss / MB
                         c = p.cpu_times()
                         n = p.num_threads()
+                        if i and uss is not None:
+                            uss += p.memory_full_info().uss / MB
+                        started = p.create_time()
                 except psutil.Error:  # exited between the scan and now
                     continue
                 own = c.user + c.system + c.children_user + c.children_system
                 if i == 0:
                     rss, cpu, threads = m, own, n
+                else:
+                    alive.append((pid, started))
                 tree_rss += m
                 tree_cpu += own
                 procs += 1
             if procs:
                 out.append(ProcSample(r.rank, r.attempt, r.pid, now, rss, tree_rss, cpu, tree_cpu,
-                                      threads, procs))
+                                      threads, procs, None if uss is None else rss + uss,
+                                      self._generation(r.pid, frozenset(alive))))
         return out
+
+    def _generation(self, rank_pid: int, descendants: frozenset) -> int:
+        """The tree's generation: 0 for the descendants first seen, one more at each look that finds
+        another set (a DataLoader's workers started, or ended)."""
+        seen = self._trees.get(rank_pid)
+        if seen is None:
+            gen = 0
+        else:
+            gen = seen[1] + (seen[0] != descendants)
+        self._trees[rank_pid] = (descendants, gen)
+        return gen
 
     # -- ending processes ------------------------------------------------------------------
     def kill(self, pids: list[int]) -> list[int]:

@@ -5,6 +5,12 @@ Datasets are generated from a seed, so every run sees the same numbers. Under th
 indices, step)`` to the rank's signed sample ledger; the grader reads which samples each rank
 really consumed from there, never from the script. Outside the harness the ledger is a no-op and
 these are plain torch datasets and modules.
+
+Whichever process of the rank reads: the rank itself, a DataLoader worker it forked (the
+recorder is inherited; its record's step is the one it was forked at), or, under a sandboxed
+launch, a worker started with ``spawn`` or ``forkserver`` (no recorder there: the record goes
+over the rank's channel with the attempt from the launcher's environment and no step, which the
+parent's receive time stands in for).
 """
 
 from __future__ import annotations
@@ -23,13 +29,29 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
-from harness import instrument, saves, store_client
+from harness import channel, instrument, rundir, saves, store_client
+
+_spawned: list = []  # the ledger writer of a process the harness did not start (spawn, forkserver)
 
 
 def _record(dataset: str, index: int | list[int]) -> None:
     rec = instrument.current()
     if rec is not None:
         rec.sample(dataset, index)
+    elif channel.active():
+        _record_spawned(dataset, index)
+
+
+def _record_spawned(dataset: str, index: int | list[int]) -> None:
+    """A read in a process of the rank the bootstrap never ran in (a DataLoader worker started with
+    ``spawn`` or ``forkserver``): sent over the channel, which the parent attributes to the rank
+    from outside (the process descends from it) and signs. Unsandboxed there is no key here to sign
+    with, so such reads are not recorded (docs/run-dir.md)."""
+    if not _spawned or _spawned[0][0] != os.getpid():
+        _spawned[:] = [(os.getpid(), channel.open_writer(rundir.SAMPLES, ""))]
+    i = int(index) if not isinstance(index, list) else [int(x) for x in index]
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    _spawned[0][1].write({"a": attempt, "ds": dataset, "i": i})
 
 
 class _Ledgered(Dataset):

@@ -214,3 +214,25 @@ def test_profile_traces_reach_the_run_dir_over_the_channel(tmp_path):
     for r in prof["ranks"]:
         assert r["trace"] and Path(r["trace"]).is_file() and r["trace_error"] is None, r
         assert r["counted"] > 0
+
+
+@needs_bwrap
+@pytest.mark.slow
+def test_reads_in_loader_workers_reach_the_ledger_whatever_started_them(tmp_path):
+    """Training through persistent forked workers, evaluation through workers started with spawn
+    (the bootstrap never ran there): every read reaches the rank's signed ledger, the spawned ones
+    with no step (the parent's receive time dates them); the parent samples the rank's tree with its
+    workers, and its generation moves as evaluation workers come and go."""
+    res = run(tmp_path, "loader_workers.py", "--steps", "8", "--eval-context", "spawn")
+    assert res.status == "ok", res.failure
+    for rank in (0, 1):
+        led = records(res, rank, rundir.SAMPLES)
+        assert led.forged == 0 and all("rt" in x for x in led.valid)
+        train = [i for x in led.valid if x["ds"] == "train" for i in x["i"]]
+        assert len(train) >= 32 and len(set(train[:32])) == 32  # its half of the first epoch, read ahead by workers
+        val = [x for x in led.valid if x["ds"] == "val"]
+        assert sorted(i for x in val for i in x["i"]) == sorted(list(range(16)) * 2)  # two evaluations of 16
+        assert all(x["a"] == 0 and "s" not in x for x in val)  # spawned: no step of their own
+        proc = records(res, rank, "proc.jsonl").valid
+        assert all("tree_mb" in p for p in proc) and max(p["procs"] for p in proc) >= 3
+        assert max(p["gen"] for p in proc) >= 1

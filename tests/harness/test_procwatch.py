@@ -113,6 +113,29 @@ def test_samples_come_from_proc(shared):
     assert all(s.cpu_s > 0.5 and s.threads >= 1 for s in by_rank.values())
 
 
+def test_the_trees_memory_counts_pages_a_forked_worker_shares_once(tree):
+    """Rank 0 holds 200 MB and forks a child that shares them (as a DataLoader worker starts out):
+    its RSS shows them again (tree_rss_mb), its private memory does not (tree_mb). The tree's
+    generation moves when its set of processes changes, and only then."""
+    watch, work = tree("--fork")
+    first = {s.rank: s for s in watch.sample(tree_memory=True)}
+    s0 = first[0]
+    assert s0.procs == 3 and s0.tree_rss_mb > s0.rss_mb + 150  # the forked child's RSS: the rank's pages again
+    assert s0.rss_mb <= s0.tree_mb < s0.rss_mb + 60, s0
+    assert {s.rank: s.tree_mb for s in watch.sample()} == {0: None, 1: None}  # measured only when asked
+    assert {s.gen for s in watch.sample(tree_memory=True)} == {0}
+    forked = {int(p.name.split("-")[1]): int(p.read_text()) for p in work.glob("forked-*")}
+    rank0_ns = next(r.ns_pid for r in watch.ranks() if r.rank == 0)
+    pid = outside(watch, forked[rank0_ns])
+    assert watch.kill([pid]) == [pid]
+    deadline = time.time() + 5
+    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE and time.time() < deadline:
+        time.sleep(0.05)  # the rank never reaps it: a zombie, no longer measured
+    watch.refresh()
+    after = {s.rank: s for s in watch.sample(tree_memory=True)}
+    assert after[0].procs == 2 and after[0].gen == 1 and after[1].gen == 0
+
+
 def test_a_second_process_claiming_a_rank_is_flagged(tree):
     watch, work = tree("--dup")
     assert len(watch.duplicates) == 1 and watch.duplicates[0].rank == 0
