@@ -2,9 +2,13 @@
 (a pre-allocated balloon released as a leak grows keeps the RSS slope flat) does not hide a leak:
 
 - the slope of memory per step after warm-up (CUDA allocated where present, else RSS: in a
-  sandboxed run the RSS of the rank's processes sampled by the parent from outside and aligned to
-  the steps by the parent's receive times, ``grader.evidence.memory``; a script that patches what
-  the rank reports of itself changes nothing);
+  sandboxed run the memory of the rank's process tree, the rank and its DataLoader workers,
+  sampled by the parent from outside and aligned to the steps by the parent's receive times,
+  ``grader.evidence.memory``; a script that patches what the rank reports of itself changes
+  nothing). Where the tree's set of processes changed after warm-up (workers started for an
+  evaluation, or ended), the slope is the one within each set (least squares with a level of its
+  own per set): a worker's start-up moves the level once and is not a leak, while memory that
+  grows within the sets (in the rank, or in a persistent worker) still shows;
 - the level: the median after warm-up against the reference run's (a balloon that offsets a
   leak must start high);
 - where the step records carry them (``harness/memstats.py``: every few steps), two signals a
@@ -55,6 +59,36 @@ class Spec(CheckSpec):
     # with max_level_over_reference: their median may exceed the reference's times that factor by this
     # (a graph of the exercises' models is 10-40 nodes: one more graph kept than the fix keeps fails)
     node_level_slack: float = Field(24.0, ge=0)
+
+
+def pooled_slope(groups: list[list[tuple[int, float]]]) -> tuple[float, int] | None:
+    """The least-squares slope with a level of its own per group (of (x, y) pairs), and the points
+    it is drawn through (groups of one point say nothing of a slope); None without two such points."""
+    num = den = 0.0
+    n = 0
+    for g in groups:
+        if len(g) < 2:
+            continue
+        mx = sum(x for x, _ in g) / len(g)
+        my = sum(y for _, y in g) / len(g)
+        num += sum((x - mx) * (y - my) for x, y in g)
+        den += sum((x - mx) ** 2 for x, _ in g)
+        n += len(g)
+    return (num / den, n) if den else None
+
+
+def _slope(series, warmup: int) -> tuple[float, int, int]:
+    """The series' slope per step after warm-up, how many steps it is drawn through, and over how
+    many sets of processes (1: the plain least-squares line). Within the sets where the tree changed,
+    when they hold at least ``MIN_POINTS`` steps; else the plain line, which a level that moved
+    only raises."""
+    ys = series.after(warmup, MIN_POINTS)
+    groups = series.groups(warmup, MIN_POINTS)
+    if groups:
+        pooled = pooled_slope(groups)
+        if pooled is not None and pooled[1] >= MIN_POINTS:
+            return pooled[0], pooled[1], sum(1 for g in groups if len(g) >= 2)
+    return slope(ys), len(ys), 1
 
 
 def _counts(ev, rank: int, field: str, warmup: int) -> list[tuple[int, float]]:
@@ -143,16 +177,20 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
                                f"rank {r} made {len(series.values)} steps; at least {spec.warmup_steps + MIN_POINTS} "
                                "are needed to measure memory growth", {"steps": len(series.values)})
         ys = series.after(spec.warmup_steps, MIN_POINTS)
-        s = slope(ys)
+        s, n, sets = _slope(series, spec.warmup_steps)
         per_rank[r] = {"slope_mb_per_step": round(s, 5), "start_mb": round(ys[0], 1),
-                       "end_mb": round(ys[-1], 1), "steps": len(ys), "measure": series.what,
+                       "end_mb": round(ys[-1], 1), "steps": n, "measure": series.what,
                        "outside": series.outside}
+        if sets > 1:
+            per_rank[r]["process_sets"] = sets
         if worst is None or s > per_rank[worst]["slope_mb_per_step"]:
             worst = r
     w = per_rank[worst]
     evidence = {"threshold_mb_per_step": spec.max_slope_mb_per_step, "ranks": per_rank}
+    within = (f", within each of the {w['process_sets']} sets of processes it ran (DataLoader workers started or "
+              "ended between them)" if w.get("process_sets") else "")
     detail = (f"rank {worst}'s {w['measure']} changed {w['slope_mb_per_step']:+.3f} MB per step over "
-              f"{w['steps']} steps after warm-up ({w['start_mb']:.0f} → {w['end_mb']:.0f} MB); "
+              f"{w['steps']} steps after warm-up ({w['start_mb']:.0f} → {w['end_mb']:.0f} MB){within}; "
               f"threshold {spec.max_slope_mb_per_step} MB per step")
     problems: list[str] = []
     if w["slope_mb_per_step"] > spec.max_slope_mb_per_step:

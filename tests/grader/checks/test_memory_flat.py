@@ -105,3 +105,76 @@ def test_objects_frozen_out_of_sight_fail(tmp_path):
     c = _judge_counts(tmp_path, _counted(tmp_path / "main", refrozen_at=30))
     assert not c.passed and "rank 0 moved objects out of the garbage collector's sight (gc.freeze) after the harness " \
                             "began counting its live tensors (seen at step 30)" in c.message, c.message
+
+
+# -- the rank's process tree: DataLoader workers, sampled from outside -------------------------------
+
+def _tree_run(root, tree_mb, gen=lambda s: 0, tree_rss=None, steps=80, sample_every=2):
+    """A sandboxed 2-rank run: step records that report a flat 100 MB of their own, and the parent's
+    samples of each rank's process tree every ``sample_every`` steps: ``tree_mb(s)`` (the rank's RSS
+    plus its workers' private memory), ``gen(s)`` (the tree's generation) and ``tree_rss(s)`` (every
+    process's RSS summed: a forked worker's shared pages counted again)."""
+    from grader.evidence import load_run
+    from tests.grader.rundirs import RunDirBuilder
+
+    b = RunDirBuilder(root, sandbox={"isolated": True})
+    for r in range(2):
+        for s in range(1, steps + 1):
+            b.event(r, kind="step", attempt=0, t=float(s), rt=float(s) + 0.01, step=s, dt=1.0, rss_mb=100.0,
+                    lr=[0.1])
+            if s % sample_every == 0:
+                more = {} if tree_mb is None else {"tree_mb": tree_mb(s), "gen": gen(s)}
+                b.add(r, "proc.jsonl", a=0, t=float(s) + 0.3, pid=100 + r, rss_mb=300.0,
+                      tree_rss_mb=(tree_rss or tree_mb)(s), cpu_s=float(s), tree_cpu_s=float(s), threads=4,
+                      procs=1 + 2 * gen(s), **more)
+        b.exit(r, t=steps + 1.0, steps=steps)
+    return load_run(root.name, b.build())
+
+
+def _judge_tree(tmp_path, main, reference=None):
+    from grader.checks import Context
+    from tests.grader.fakes import FakeManifest
+
+    runs = {"main": main}
+    fields = {}
+    if reference is not None:
+        runs["reference"] = reference
+        fields["max_level_over_reference"] = 1.25
+    return run_check(spec("memory_flat", warmup_steps=10, max_slope_mb_per_step=0.1, **fields),
+                     Context(FakeManifest(), runs))
+
+
+@pytest.mark.parametrize("tree_mb, gen, passed, says", [
+    # evaluation workers started at step 40 (persistent from then on): 30 MB more, once
+    (lambda s: 300.0 + (30.0 if s >= 40 else 0.0), lambda s: int(s >= 40), True,
+     "within each of the 2 sets of processes it ran"),
+    # workers of an evaluation loader that is not persistent: started every 8 steps, gone after 4
+    (lambda s: 300.0 + (25.0 if s % 8 < 4 else 0.0), lambda s: s // 4, True, "sets of processes"),
+    # a leak in a persistent worker, started before warm-up: the tree grows, one set throughout
+    (lambda s: 320.0 + 0.5 * s, lambda s: 1, False, "+0.500 MB per step"),
+    # a leak in the rank while workers come and go: it grows within every set
+    (lambda s: 300.0 + 0.5 * s + (25.0 if s % 16 < 8 else 0.0), lambda s: s // 8, False, "+0.500 MB per step"),
+])
+def test_the_process_tree_is_judged_with_workers_accounted_for(tmp_path, tree_mb, gen, passed, says):
+    c = _judge_tree(tmp_path, _tree_run(tmp_path / "main", tree_mb, gen))
+    assert c.passed is passed and says in c.message, c.message
+    assert c.evidence["ranks"][0]["measure"].startswith("memory of its process tree")
+
+
+def test_the_same_start_up_without_the_generations_would_read_as_a_slope(tmp_path):
+    """What the generations are for: a level that moved once at step 40 reads +0.37 MB per step as
+    a plain line (a 30 MB step over 70 steps), over the 0.1 threshold."""
+    c = _judge_tree(tmp_path, _tree_run(tmp_path / "main", lambda s: 300.0 + (30.0 if s >= 40 else 0.0)))
+    assert not c.passed and "MB per step" in c.message, c.message
+
+
+def test_workers_pages_shared_with_the_rank_count_once(tmp_path):
+    """Two forked workers each show the rank's ~300 MB as their own RSS (tree_rss_mb 900); what the
+    tree holds is the rank's RSS plus their private memory (tree_mb 330): the level is the reference's."""
+    main = _tree_run(tmp_path / "main", lambda s: 330.0, lambda s: 0, tree_rss=lambda s: 900.0)
+    ref = _tree_run(tmp_path / "ref", lambda s: 300.0)
+    c = _judge_tree(tmp_path, main, ref)
+    assert c.passed and c.evidence["level_mb"] == 330.0, c.message
+    old = _tree_run(tmp_path / "old", None, tree_rss=lambda s: 900.0)  # summed RSS only, as sampled before tree_mb
+    c = _judge_tree(tmp_path, old, ref)
+    assert not c.passed and "the reference run's level" in c.message, c.message
