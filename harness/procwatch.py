@@ -240,8 +240,12 @@ class ProcWatch:
                 try:
                     p = psutil.Process(pid)
                     with p.oneshot():
-                        if i and p.status() == psutil.STATUS_ZOMBIE:
-                            continue  # exited, not yet reaped: nothing left to measure
+                        if p.status() == psutil.STATUS_ZOMBIE:
+                            # exited, not yet reaped: nothing left to measure (a rank read so
+                            # once wrote a sample of 0 MB after its last step)
+                            if i == 0:
+                                break
+                            continue
                         m = p.memory_info().rss / MB
                         c = p.cpu_times()
                         n = p.num_threads()

@@ -109,7 +109,10 @@ def rank_series(ev: RunEvidence, rank: int) -> Series:
     rts = [float(e["rt"]) for e in steps if int(e.get("attempt", 0)) == last and "rt" in e]
     samples = sorted((float(s["t"]), float(s.get("tree_mb", s.get("tree_rss_mb"))), int(s.get("gen", 0)))
                      for s in ev.proc_samples(rank)
-                     if s.get("a") == last and "t" in s and ("tree_mb" in s or "tree_rss_mb" in s))
+                     if s.get("a") == last and "t" in s and ("tree_mb" in s or "tree_rss_mb" in s)
+                     # a rank that had exited and was not yet reaped read 0 MB (samples before the
+                     # sampler left such processes out): not a measure of what it held
+                     and float(s.get("rss_mb") or 0) > 0)
     ts, ys, gens = [t for t, _, _ in samples], [y for _, y, _ in samples], [g for _, _, g in samples]
     if not rts or sum(1 for t in ts if rts[0] <= t <= rts[-1]) < MIN_SAMPLES:
         return Series(list(obs.rss_mb), REPORTED, False)

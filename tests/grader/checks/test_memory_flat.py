@@ -178,3 +178,20 @@ def test_workers_pages_shared_with_the_rank_count_once(tmp_path):
     old = _tree_run(tmp_path / "old", None, tree_rss=lambda s: 900.0)  # summed RSS only, as sampled before tree_mb
     c = _judge_tree(tmp_path, old, ref)
     assert not c.passed and "the reference run's level" in c.message, c.message
+
+
+def test_a_sample_of_an_exited_rank_is_not_a_measure(tmp_path):
+    """A rank that had exited and was not yet reaped read 0 MB, in the sample just after its last
+    step: drawn through, it pulled the last steps toward 0 and a leak of 0.5 MB per step read
+    -0.3; it is left out."""
+    from grader.evidence import load_run
+    from harness import rundir
+
+    root = _tree_run(tmp_path / "main", lambda s: 300.0 + 0.5 * s, steps=80).run_dir
+    for r in (0, 1):  # the parent's sample after the exit, signed like the others
+        w = rundir.RecordWriter(rundir.rank_dir(root, r) / "proc.jsonl", "0123456789abcdef0123456789abcdef")
+        w.write({"a": 0, "t": 80.2, "pid": 100 + r, "rss_mb": 0.0, "tree_rss_mb": 0.0, "tree_mb": 0.0, "gen": 0,
+                 "cpu_s": 80.0, "tree_cpu_s": 80.0, "threads": 0, "procs": 1})
+        w.close()
+    c = _judge_tree(tmp_path, load_run("main", root))
+    assert not c.passed and "+0.500 MB per step" in c.message, c.message
