@@ -4,8 +4,13 @@ is the same wherever it is read."""
 import os
 from pathlib import Path
 
-HANG_TIMEOUT_S = 15.0  # no progress on any rank for this long: the job is hung
-STARTUP_TIMEOUT_S = 120.0  # allowance before the first step of each attempt
+HANG_TIMEOUT_S = 15.0  # a deadlock (every rank waiting in a collective) held this long: the job is hung
+STARTUP_TIMEOUT_S = 120.0  # the same allowance before the first step of each attempt
+# Any stall (a straggler outside every collective, no progress at all) is ended only past the process
+# group's own timeout, plus this margin so that torch's error is the one the user sees: torch's
+# default where no rank has reported its own yet (gloo's; NCCL's watchdog is 10 min).
+PG_TIMEOUT_S = 1800.0
+STALL_MARGIN_S = 30.0
 NPROC = 2  # ranks per node when neither the flag nor an exercise says
 
 

@@ -69,8 +69,12 @@ class LaunchConfig:
     rdzv_id: str = "trainwreck"
     max_restarts: int = 0
     device: str = "auto"  # auto | cpu | cuda
-    hang_timeout: float = defaults.HANG_TIMEOUT_S  # no progress on any rank for this long, after the first step
-    startup_timeout: float = defaults.STARTUP_TIMEOUT_S  # allowance before the first step of each attempt
+    hang_timeout: float = defaults.HANG_TIMEOUT_S  # a deadlock held this long, after the first step: hung
+    startup_timeout: float = defaults.STARTUP_TIMEOUT_S  # the same allowance before the first step of each attempt
+    # No progress at all for this long ends the job whatever its ranks do (a straggler outside every
+    # collective is otherwise left to come back); None: the process group's own timeout plus a
+    # margin (harness.monitor.Monitor.stall_limit), so the watcher never ends what torch would not.
+    stall_timeout: float | None = None
     timeout: float | None = None  # wall-clock limit for the whole launch
     # Process-group timeout to supply where the script sets none; None leaves torch's default (30
     # minutes on gloo and NCCL), as torchrun does: the watchdog finds hangs from outside.
@@ -100,7 +104,7 @@ class LaunchConfig:
             raise LaunchError(f"--device {self.device!r}: use auto, cpu or cuda")
         if self.nnodes > 1 and not self.rdzv_endpoint:
             raise LaunchError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT")
-        for name in ("hang_timeout", "startup_timeout", "pg_timeout"):
+        for name in ("hang_timeout", "startup_timeout", "stall_timeout", "pg_timeout"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise LaunchError(f"--{name.replace('_', '-')} must be positive")
         if self.store is not None:
@@ -131,6 +135,8 @@ class RunResult:
     pg_timeout: dict[str, Any] | None = None  # only when the harness supplied one: see _pg_timeout
     limit: dict[str, Any] | None = None  # status "limit": the limit the run went past (Violation.to_json)
     sandbox: dict[str, Any] | None = None  # what sandbox.json holds; None when the run was not sandboxed
+    # every stall that lasted the hang timeout (stragglers the job came back from included): Monitor.stalls
+    stalls: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -143,7 +149,7 @@ class RunResult:
             "exit_code": self.exit_code,
             "cwd": str(self.cwd) if self.cwd else None, "pg_timeout": self.pg_timeout,
             "ranks": [{k: r.get(k) for k in RANK_FIELDS} for r in self.ranks],
-            "hang": self.hang, "failure": self.failure, "limit": self.limit,
+            "hang": self.hang, "stalls": self.stalls, "failure": self.failure, "limit": self.limit,
             "sandboxed": self.sandbox is not None,
         }
 
@@ -246,7 +252,7 @@ def launch(
     cmd = build_command(cfg)
     cwd = Path(cfg.cwd).resolve() if cfg.cwd is not None else Path.cwd()
     monitor = Monitor(run_dir, startup_timeout=cfg.startup_timeout, hang_timeout=cfg.hang_timeout,
-                      key=key, tee=tee)
+                      key=key, tee=tee, world_size=cfg.nproc * cfg.nnodes, stall_timeout=cfg.stall_timeout)
     status, hang, exit_code = "failed", None, None
     violation: Violation | None = None
     iso = _isolated_run(cfg, run_dir, key, device) if cfg.sandbox else None
@@ -302,9 +308,11 @@ def launch(
                 break
             if cfg.timeout and time.time() - started > cfg.timeout:
                 status = "timeout"
+                if monitor.reported_stall() is not None:  # the report says what held the job when time ran out
+                    hang = collect_hang(run_dir, monitor, script=cfg.script.resolve(), ended_by="time limit")
                 break
-            if monitor.hung():
-                hang = collect_hang(run_dir, monitor, script=cfg.script.resolve())
+            if (ended_by := monitor.ended_by()) is not None:
+                hang = collect_hang(run_dir, monitor, script=cfg.script.resolve(), ended_by=ended_by)
                 status = "hung"
                 break
             try:  # returns at once when the launcher exits: no poll interval added to every run
@@ -320,6 +328,7 @@ def launch(
         _ignore(signal.SIGTERM)
         try:
             tree.terminate()
+            monitor.end_stall(time.time(), "the end of the run")
             if store:  # after the ranks: what they sent has arrived; store.jsonl ends with store_stop
                 store.stop()
             if exit_code is None:
@@ -330,7 +339,7 @@ def launch(
             # traps), before _finish reads what the ranks sent.
             summary = iso.close() if iso is not None else None
             result = _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, device, cwd,
-                             violation, summary, gpus)
+                             violation, summary, gpus, monitor.stalls)
         finally:
             _restore(signal.SIGTERM, prev_term)
             _restore(signal.SIGINT, prev_int)
@@ -353,7 +362,8 @@ def _isolated_run(cfg: LaunchConfig, run_dir: Path, key: str, device: str) -> Is
 
 
 def _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, device, cwd,
-            violation: Violation | None = None, sandbox: dict[str, Any] | None = None, gpus: int = 0) -> RunResult:
+            violation: Violation | None = None, sandbox: dict[str, Any] | None = None, gpus: int = 0,
+            stalls: list[dict[str, Any]] | None = None) -> RunResult:
     world_size = cfg.nproc * cfg.nnodes
     observed = [observe_rank(run_dir, r, key) for r in rundir.ranks_in(run_dir)]
     failure = find_failure(run_dir, observed) if status == "failed" else None
@@ -380,7 +390,7 @@ def _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, de
                        wall_s=time.time() - started, exit_code=exit_code,
                        ranks=ranks, hang=hang, failure=failure, device=device, gpus=gpus, cwd=cwd,
                        pg_timeout=_pg_timeout(cfg, run_dir, key),
-                       limit=violation.to_json() if violation else None, sandbox=sandbox)
+                       limit=violation.to_json() if violation else None, sandbox=sandbox, stalls=list(stalls or []))
     cfg_json = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
     rundir.atomic_write_json(run_dir / "run.json", {
         "schema_version": rundir.RUN_SCHEMA_VERSION, "key": key, "started_at": started_iso,

@@ -1,10 +1,11 @@
-"""The hang report: when no rank has made progress, ask every rank where it is.
+"""The hang report: when the job is ended for a stall, ask every rank where it is.
 
 Each rank's bootstrap registered faulthandler on SIGUSR1, writing all threads' stacks to its own
 ``stacks.txt``. We note each file's size, signal the ranks, wait for the dumps, and combine them
-with the collectives each rank issued and never saw complete (from its trace) and with when the
-parent last saw it use CPU, into ``hang.json`` and ``hang.txt``: which ranks waited in which
-collective, and which rank was still working meanwhile.
+with the collectives each rank issued and never saw complete (from its trace), with what its main
+thread was doing (/proc) and with when the parent last saw it use CPU, into ``hang.json`` and
+``hang.txt``: what kind of stall it was (``harness.stall``: a deadlock, a straggler, no progress
+at all), which ranks waited in which collective, and which rank was outside one doing what.
 """
 
 from __future__ import annotations
@@ -18,13 +19,15 @@ from typing import Any
 from harness import rundir
 from harness.monitor import Monitor
 from harness.observe import observe_rank, parse_stacks
+from harness.stall import EXITED, IN_COLLECTIVE, OUTSIDE, RankFacts, classify, summary
 
 STACK_WAIT_S = 4.0
 
 
-def collect_hang(run_dir: Path, monitor: Monitor, script: Path) -> dict[str, Any]:
-    """Ask every live rank for its stacks and write the report. The trace is read unverified: the
-    report must not wait for the key, and the grader re-reads everything verified afterwards."""
+def collect_hang(run_dir: Path, monitor: Monitor, script: Path, ended_by: str = "hang timeout") -> dict[str, Any]:
+    """Ask every live rank for its stacks and write the report. ``ended_by``: the limit that ended
+    the job ("hang timeout", "start-up allowance", "stall limit", "time limit"). The trace is read
+    unverified here: the grader re-reads everything verified afterwards."""
     detected_at = time.time()
     snap = monitor.snapshot(detected_at)
     pids = monitor.live_pids()
@@ -43,7 +46,7 @@ def collect_hang(run_dir: Path, monitor: Monitor, script: Path) -> dict[str, Any
         time.sleep(0.1)
 
     script_dir = str(script.parent)
-    ranks = []
+    ranks, facts = [], []
     for r in sorted(monitor.ranks):
         prog = monitor.ranks[r]
         obs = observe_rank(run_dir, r, key=None)
@@ -51,6 +54,13 @@ def collect_hang(run_dir: Path, monitor: Monitor, script: Path) -> dict[str, Any
         parsed = parse_stacks(dump) if dump else {"site": None, "frames": []}
         site = parsed["site"]
         pending = obs.pending_collective
+        fact = RankFacts(rank=r, exited=prog.exited or prog.attempt != monitor.attempt, exit_status=prog.exit_status,
+                         open=[c for c in obs.pending_collectives], site=site, last_step=prog.steps,
+                         quiet_s=_quiet(prog, detected_at))
+        if not fact.exited and pids.get(r) is not None:
+            fact.thread = monitor.stallwatch.threads(pids[r])
+        facts.append(fact)
+        thread = fact.thread.to_json() if fact.thread is not None else None
         entry = {
             "rank": r,
             "pid": pids.get(r),
@@ -60,6 +70,8 @@ def collect_hang(run_dir: Path, monitor: Monitor, script: Path) -> dict[str, Any
             "blocked_at": site,
             "in_script": bool(site and site.startswith(script_dir)),
             "state": _state(prog.exited, pending),
+            "thread": thread,
+            "doing": thread["doing"] if thread else None,
             "pending_collective": _collective(pending, detected_at),
             "pending_collectives": [_collective(c, detected_at) for c in obs.pending_collectives[-8:]],
             "last_collective": _collective(obs.last_collective),
@@ -70,12 +82,21 @@ def collect_hang(run_dir: Path, monitor: Monitor, script: Path) -> dict[str, Any
             "frames": parsed["frames"][:12],
         }
         ranks.append(entry)
+    stall = classify(facts, monitor.world_size or len(facts))
+    states = {v.rank: v.state for v in stall.ranks}
+    for entry in ranks:
+        entry["state"] = states[entry["rank"]]
     # Wall-clock times, so the report itself shows it came within the promised bound
     # (hang timeout + 10 s after the last progress).
     report = {
+        "kind": stall.kind,
+        "ended_by": ended_by,
+        "whole_world": stall.whole_world,
+        "stall": summary(stall),
         "since_progress_s": round(snap.since_progress_s, 2),
         "hang_timeout_s": monitor.hang_timeout,
         "startup_timeout_s": monitor.startup_timeout,
+        "stall_limit_s": monitor.stall_limit(),
         "phase": snap.phase,
         "attempt": monitor.attempt,
         "last_progress_at": round(monitor.last_progress, 3),
@@ -118,17 +139,23 @@ def _ago(t: float | None, now: float) -> float | None:
     return None if t is None else round(max(now - t, 0.0), 2)
 
 
+def _quiet(prog, now: float) -> float | None:
+    heard = max((t for t in (prog.last_record_at, prog.busy_until) if t is not None), default=None)
+    return None if heard is None else now - heard
+
+
 def _state(exited: bool, pending: dict[str, Any] | None) -> str:
+    """Before classification: from the trace alone."""
     if exited:
-        return "exited"
-    return "waiting in a collective" if pending and not pending.get("error") else "stopped"
+        return EXITED
+    return IN_COLLECTIVE if pending and not pending.get("error") else OUTSIDE
 
 
 def story(ranks: list[dict[str, Any]]) -> list[str]:
     """Which ranks waited in which collective while which rank was still working: a rank counts
     as working after another began to wait when its CPU was busy later than that wait began."""
     out = []
-    waiting = sorted((r for r in ranks if r["state"] == "waiting in a collective"
+    waiting = sorted((r for r in ranks if r["state"] == IN_COLLECTIVE and r.get("pending_collective")
                       and r["pending_collective"].get("waiting_s") is not None),
                      key=lambda r: -r["pending_collective"]["waiting_s"])
     for w in waiting:
@@ -144,14 +171,27 @@ def story(ranks: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+LIMITS = {"hang timeout": "hang_timeout_s", "start-up allowance": "startup_timeout_s",
+          "stall limit": "stall_limit_s"}
+
+
 def format_hang(report: dict[str, Any]) -> str:
-    if report.get("phase") == "startup":
-        head = (f"No optimizer step yet, and no rank made progress for {report['since_progress_s']:.1f} s "
-                f"(start-up allowance {report.get('startup_timeout_s', 0):.0f} s")
+    ended_by = report.get("ended_by") or ("start-up allowance" if report.get("phase") == "startup" else "hang timeout")
+    since = f"{report['since_progress_s']:.1f} s"
+    if ended_by == "time limit":
+        head = f"The run's time limit ran out while no rank had made progress for {since} (attempt {report['attempt']})."
     else:
-        head = (f"No rank made progress for {report['since_progress_s']:.1f} s "
-                f"(hang timeout {report['hang_timeout_s']:.0f} s")
-    lines = [f"{head}, attempt {report['attempt']})."]
+        limit = f"{ended_by} {report.get(LIMITS[ended_by], 0):.0f} s"
+        head = (f"No optimizer step yet, and no rank made progress for {since} ({limit}, attempt {report['attempt']})."
+                if report.get("phase") == "startup" else
+                f"No rank made progress for {since} ({limit}, attempt {report['attempt']}).")
+    lines = [head]
+    stall = report.get("stall") or []
+    if stall:
+        lines.append(stall[0][:1].upper() + stall[0][1:] + ".")
+        if report.get("kind") != "deadlock":
+            lines.append("Not a hang: no collective was shown unable to complete; the job was ended at the "
+                         + ("run's time limit." if ended_by == "time limit" else "stall limit."))
     if "busy_fraction" in report:
         lines.append(f"Progress is a new record from any rank, or a rank using at least "
                      f"{report['busy_fraction']:.0%} of a core (read from /proc); last progress: "
@@ -167,9 +207,13 @@ def format_hang(report: dict[str, Any]) -> str:
         where = r["blocked_at"] or "unknown (no stack dump)"
         lines.append(f"rank {r['rank']}: last completed step {r['last_step']}; blocked at {where}")
         pc = r["pending_collective"]
+        outside = r.get("state") == OUTSIDE
+        if outside:
+            lines.append("    outside any collective" + (f": {r['doing']}" if r.get("doing") else ""))
         if pc:
             since = f" for {pc['waiting_s']:.1f} s" if pc.get("waiting_s") is not None else ""
-            lines.append(f"    waiting in {pc['op']} #{pc['seq']} called at {pc['site']}{since}")
+            verb = "issued and not waited on" if outside else "waiting in"
+            lines.append(f"    {verb} {pc['op']} #{pc['seq']} called at {pc['site']}{since}")
             others = [c for c in r.get("pending_collectives", []) if c["seq"] != pc["seq"]]
             if others:
                 lines.append("    also issued and not completed: " + ", ".join(

@@ -1,10 +1,13 @@
-"""The hang report as the user reads it (hang.txt): where each rank is, which collective it waits
-in and for how long, when the parent last saw it use CPU, and who waited while who worked."""
+"""The hang report as the user reads it (hang.txt): what kind of stall ended the job (a deadlock, a
+straggler, no progress at all) and by which limit, where each rank is, which collective it waits
+in and for how long, what a rank outside every collective was doing, when the parent last saw it
+use CPU, and who waited while who worked."""
 
 from __future__ import annotations
 
 import pytest
 
+from harness.stall import EXITED, IN_COLLECTIVE, OUTSIDE
 from harness.watchdog import format_hang, story
 
 
@@ -16,7 +19,7 @@ def report(phase, *ranks, **extra):
 
 
 def rank(r, exited=False, status=None, site="/w/train.py:19", pending=None, last=None, step=6, **extra):
-    state = "exited" if exited else "waiting in a collective" if pending else "stopped"
+    state = EXITED if exited else IN_COLLECTIVE if pending else OUTSIDE
     return {"rank": r, "exited": exited, "exit_status": status, "last_step": step, "blocked_at": site,
             "state": state, "pending_collective": pending, "pending_collectives": [pending] if pending else [],
             "last_collective": last, **extra}
@@ -32,11 +35,13 @@ ALL_REDUCE = {"op": "all_reduce", "seq": 5, "site": "/w/train.py:17", "waiting_s
         "rank 0: last completed step 6; blocked at /w/train.py:19",
         "    waiting in barrier #4 called at /w/train.py:19",
         "rank 1: last completed step 7; blocked at unknown (no stack dump)",
+        "    outside any collective",
         "    last collective: barrier #4 at /w/train.py:19",
     ]),
     (report("startup", rank(0, step=0)), [
         "No optimizer step yet, and no rank made progress for 15.3 s (start-up allowance 120 s, attempt 0).",
         "rank 0: last completed step 0; blocked at /w/train.py:19",
+        "    outside any collective",
     ]),
     (report("running", rank(0, exited=True, status="ok", step=3), rank(1, exited=True, status="killed")), [
         "No rank made progress for 15.3 s (hang timeout 15 s, attempt 0).",
@@ -65,6 +70,41 @@ ALL_REDUCE = {"op": "all_reduce", "seq": 5, "site": "/w/train.py:17", "waiting_s
         "    last seen using CPU 41.0 s before detection",
         "rank 1 was waiting in all_reduce #5 from 40.0 s before detection while rank 0 (busy until "
         "16.0 s before detection) was still working",
+    ]),
+    # a straggler the stall limit ended: not a hang, and the report says what the outside rank was doing
+    (report("running",
+            rank(0, site="/w/train.py:31", last={**ALL_REDUCE, "seq": 8}, step=3, doing="sleeping"),
+            rank(1, site="/w/train.py:54", pending={**ALL_REDUCE, "seq": 9, "site": "/w/train.py:54"}, step=3),
+            kind="straggler", ended_by="stall limit", stall_limit_s=1830.0,
+            stall=["straggler: rank 1 waits in a collective for rank 0, which is outside any collective",
+                   "rank 0 is outside any collective at w/train.py:31, sleeping for 1830.2 s"]), [
+        "No rank made progress for 15.3 s (stall limit 1830 s, attempt 0).",
+        "Straggler: rank 1 waits in a collective for rank 0, which is outside any collective.",
+        "Not a hang: no collective was shown unable to complete; the job was ended at the stall limit.",
+        "rank 0: last completed step 3; blocked at /w/train.py:31",
+        "    outside any collective: sleeping",
+        "    last collective: all_reduce #8 at /w/train.py:17",
+        "rank 1: last completed step 3; blocked at /w/train.py:54",
+        "    waiting in all_reduce #9 called at /w/train.py:54 for 40.0 s",
+    ]),
+    # a grading's time limit ran out while a straggler held the job
+    (report("running", rank(0, site="/w/up.py:9", step=3, doing="writing a socket",
+                            pending={**BARRIER, "async": True}, state=OUTSIDE),
+            kind="straggler", ended_by="time limit", stall=["straggler: rank 1 waits in a collective for rank 0, "
+                                                              "which is outside any collective"]), [
+        "The run's time limit ran out while no rank had made progress for 15.3 s (attempt 0).",
+        "Straggler: rank 1 waits in a collective for rank 0, which is outside any collective.",
+        "Not a hang: no collective was shown unable to complete; the job was ended at the run's time limit.",
+        "rank 0: last completed step 3; blocked at /w/up.py:9",
+        "    outside any collective: writing a socket",
+        "    issued and not waited on barrier #4 called at /w/train.py:19",
+    ]),
+    (report("running", rank(0, pending=BARRIER), kind="deadlock", ended_by="hang timeout",
+            stall=["deadlock: rank 0 waits in a collective for rank 1, which has exited"]), [
+        "No rank made progress for 15.3 s (hang timeout 15 s, attempt 0).",
+        "Deadlock: rank 0 waits in a collective for rank 1, which has exited.",
+        "rank 0: last completed step 6; blocked at /w/train.py:19",
+        "    waiting in barrier #4 called at /w/train.py:19",
     ]),
 ])
 def test_format_hang(rep, lines):
