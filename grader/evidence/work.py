@@ -206,10 +206,14 @@ def _dater(ev, rank: int):
     time against the rank's step records where both have times, else the record's ``s`` (the steps
     done when it was read; a forked loader worker's is the step it was forked at)."""
     times: dict[int, list[float]] = {}
+    begun: dict[int, float] = {}  # when the attempt's script began (the bootstrap's start record)
     for a, steps in _steps_by_attempt(ev, rank).items():
         ts = sorted(t for r in steps if (t := step_time(r)) is not None)
         if ts:
             times[a] = ts
+    for e in ev.events(rank):
+        if e.get("kind") == "start" and (t := step_time(e)) is not None:
+            begun.setdefault(int(e.get("attempt", 0)), t)
 
     def date(rec: dict[str, Any]) -> float:
         a = int(rec.get("a", 0))
@@ -217,13 +221,13 @@ def _dater(ev, rank: int):
         rt = rec.get("rt")
         if not ts or not isinstance(rt, (int, float)):
             return float(rec.get("s") or 0)
-        dt = statistics.median(b - x for x, b in zip(ts, ts[1:])) if len(ts) > 1 else 1.0
-        dt = dt if dt > 0 else 1.0
         k = bisect.bisect_left(ts, rt)  # steps recorded before the read
-        if k == 0:
-            return (rt - ts[0]) / dt  # during step 1's iteration (or before: negative)
+        if k == 0:  # before the first step: from the script's start, which takes far longer than a step
+            t0 = begun.get(a)
+            return max(0.0, (rt - t0) / (ts[0] - t0)) if t0 is not None and ts[0] > t0 else 0.0
         if k == len(ts):
-            return k + (rt - ts[-1]) / dt
+            dt = statistics.median(b - x for x, b in zip(ts, ts[1:])) if len(ts) > 1 else 1.0
+            return k + (rt - ts[-1]) / (dt if dt > 0 else 1.0)
         return k + (rt - ts[k - 1]) / max(ts[k] - ts[k - 1], 1e-9)
     return date
 
