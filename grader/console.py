@@ -63,15 +63,60 @@ def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> None:
     out.print(t)
 
 
+STALL_LINE_WAIT_S = 3.0  # how long a stall notice waits for the outside ranks' stack dumps
+
+
 def _progress_table(snap) -> Table:
     t = Table(title=f"{snap.elapsed_s:5.1f} s  attempt {snap.attempt}  {snap.phase}  "
                     f"(last progress {snap.since_progress_s:.1f} s ago)", title_justify="left")
     for c in ("rank", "step", "steps/s", "RSS MB", "state"):
         t.add_column(c, justify="right" if c != "state" else "left")
+    stalled = {v.rank: v for v in snap.stall.ranks} if snap.stall else {}
     for r in snap.ranks:
         state = f"exited ({r.exit_status})" if r.exited else "running"
+        if r.rank in stalled and not r.exited:
+            v = stalled[r.rank]
+            state = (f"in {v.collective.get('op')}" if v.state == "waiting in a collective" and v.collective
+                     else f"outside: {v.doing or 'unknown'}")
         t.add_row(str(r.rank), str(r.steps), f"{r.steps_per_s:.1f}", f"{r.rss_mb:.0f}", state)
     return t
+
+
+def stall_notices(inner):
+    """A progress callback that also says, on stderr, when a stall has lasted the hang timeout
+    (what kind, who waits for whom, who is outside doing what), when what it is changes, and when
+    the job goes on again; ``inner`` (the live table, or None) gets every snapshot too."""
+    from harness.stall import DEADLOCK, OUTSIDE, summary
+
+    shown: dict = {"key": None, "since": 0.0, "first": None}
+
+    def on_progress(snap) -> None:
+        if inner is not None:
+            inner(snap)
+        stall = snap.stall
+        if stall is None:
+            if shown["key"] is not None:
+                info(f"stall over: the job made progress again after {shown['since']:.1f} s without any")
+            shown.update(key=None, first=None)
+            return
+        shown["since"] = snap.since_progress_s
+        if stall.key == shown["key"]:
+            return
+        # an outside rank's line comes with its stack dump, a look or two later: wait for it a little
+        shown["first"] = shown["first"] or snap.since_progress_s
+        if any(v.state == OUTSIDE and not v.site for v in stall.ranks) \
+                and snap.since_progress_s - shown["first"] < STALL_LINE_WAIT_S:
+            return
+        shown.update(key=stall.key, first=None)
+        lines = summary(stall)
+        tail = "" if stall.kind == DEADLOCK else (
+            f"; not a hang: the job goes on, ended only after {snap.stall_limit_s:.0f} s without progress "
+            "(--stall-timeout)")
+        info(printable(f"{lines[0]} (no progress for {snap.since_progress_s:.1f} s){tail}"))
+        for line in lines[1:]:
+            info(f"  {printable(line)}")
+
+    return on_progress
 
 
 @contextmanager
@@ -140,6 +185,16 @@ def run_summary(res) -> None:
         on = pg["applied_on_ranks"]
         text(f"process-group timeout: {pg['s']:g} s, set by the harness (--pg-timeout) where the script "
              f"gave none" + (f": ranks {', '.join(map(str, on))}" if on else ": no rank (every script set its own)"))
+    came_back = [ep for ep in getattr(res, "stalls", None) or [] if ep.get("ended_by") == "progress"]
+    if came_back:
+        text(f"stalls the job came back from ({len(came_back)}; each lasted the hang timeout or longer, "
+             "and no collective was stuck):")
+        for ep in came_back:
+            lines = ep.get("summary") or [ep.get("kind", "stall")]
+            kind, _, rest = lines[0].partition(": ")
+            text(f"  {kind} for {ep['lasted_s']:.1f} s: {rest}")
+            for line in lines[1:]:
+                text(f"    {line}")
     if res.hang:
         from harness.watchdog import format_hang
         text(format_hang(res.hang).rstrip())

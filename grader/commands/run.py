@@ -28,10 +28,16 @@ from harness.phases import read_run as read_profile
 @click.option("--max-restarts", type=click.IntRange(min=0), default=0, show_default=True)
 @device_option
 @click.option("--hang-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
-              help=f"Seconds without progress on any rank before the job counts as hung "
-                   f"(default {defaults.HANG_TIMEOUT_S:g}).")
+              help=f"Seconds a deadlock (every rank waiting in a collective that cannot complete) must last before "
+                   f"the job is ended as hung (default {defaults.HANG_TIMEOUT_S:g}). A rank outside every collective "
+                   f"(sleeping, reading, in I/O) while others wait for it is a straggler: reported once it has "
+                   f"lasted this long, and left to go on.")
 @click.option("--startup-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
-              help=f"Allowance before the first step (default {defaults.STARTUP_TIMEOUT_S:g}).")
+              help=f"The same allowance for a deadlock before the first step (default {defaults.STARTUP_TIMEOUT_S:g}).")
+@click.option("--stall-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds without progress of any kind after which the job is ended whatever its ranks are "
+                   "doing, a straggler included (default: the process group's own timeout plus "
+                   f"{defaults.STALL_MARGIN_S:g} s: 30 min on gloo, 10 min on NCCL, unless the script sets another).")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Wall-clock limit for the whole job.")
 @click.option("--pg-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
@@ -49,7 +55,7 @@ from harness.phases import read_run as read_profile
                    "(<run-dir>/work) with the script's folder read-only, records signed by the parent, "
                    "memory and disk limits enforced.")
 def command(target, script_args, nproc, nnodes, rdzv_endpoint, rdzv_id, max_restarts, device,
-            hang_timeout, startup_timeout, timeout, pg_timeout, run_dir, as_json, tee, profile, sandbox):
+            hang_timeout, startup_timeout, stall_timeout, timeout, pg_timeout, run_dir, as_json, tee, profile, sandbox):
     """Launch TARGET (a script path or an exercise slug) across ranks and observe every rank.
 
     The script runs in the current directory, as under torchrun: its relative paths (config files,
@@ -61,8 +67,8 @@ def command(target, script_args, nproc, nnodes, rdzv_endpoint, rdzv_id, max_rest
     """
     cfg = _config_for(target, list(script_args), nproc=nproc, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint,
                       rdzv_id=rdzv_id, max_restarts=max_restarts, device=device, hang_timeout=hang_timeout,
-                      startup_timeout=startup_timeout, timeout=timeout, pg_timeout=pg_timeout, run_dir=run_dir,
-                      profile=profile)
+                      startup_timeout=startup_timeout, stall_timeout=stall_timeout, timeout=timeout,
+                      pg_timeout=pg_timeout, run_dir=run_dir, profile=profile)
     if sandbox:
         from harness.sandbox import probe
 
@@ -74,7 +80,7 @@ def command(target, script_args, nproc, nnodes, rdzv_endpoint, rdzv_id, max_rest
                             "give --run-dir a folder outside it")
         cfg.sandbox, cfg.cwd = True, cfg.run_dir / "work"
     with console.live_progress(enabled=not (as_json or tee)) as on_progress:
-        res = launch(cfg, on_progress=on_progress, tee=console.rank_line if tee else None)
+        res = launch(cfg, on_progress=console.stall_notices(on_progress), tee=console.rank_line if tee else None)
     prof = read_profile(res.run_dir) if profile else None
     if as_json:
         console.emit_json({**res.to_json(), **({"profile": prof} if profile else {})})

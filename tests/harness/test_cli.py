@@ -63,6 +63,37 @@ def test_run_exits_1_when_the_job_hangs(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_straggler_outside_any_collective_is_reported_and_the_job_finishes(tmp_path):
+    """Issue 30: rank 0 waits 40 s outside any collective (a blocking upload) while rank 1 waits in
+    DDP's all-reduce. Well past the 5 s hang timeout, the job is not ended: the straggler is said
+    live (stderr) and in the summary, and the job finishes as under bare torchrun."""
+    source = (FIXTURES / "straggler.py").read_text().splitlines()
+    sleeps = f"fixtures/straggler.py:{source.index('        time.sleep(seconds)  # the line a straggler report names') + 1}"
+    backward = f"fixtures/straggler.py:{source.index('    loss.backward()') + 1}"
+    p = tw("run", str(FIXTURES / "straggler.py"), "--hang-timeout", "5", "--run-dir", str(tmp_path / "r"),
+           "--", "--wait-s", "40", cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "status: ok" in p.stdout
+    live = p.stderr.splitlines()
+    assert live[0].startswith("straggler: rank 1 waits in a collective for rank 0, which is outside any collective "
+                              "(no progress for ") and "not a hang: the job goes on" in live[0]
+    assert live[1].startswith(f"  rank 0 is outside any collective at {sleeps}, sleeping for ")
+    assert live[2].startswith(f"  rank 1 waits in all_reduce #9 (called at {backward}) for ")
+    assert any(ln.startswith("stall over: the job made progress again after ") for ln in live)
+    run = rundir.load_run(tmp_path / "r")
+    assert run["status"] == "ok" and run["hang"] is None and [r["steps"] for r in run["ranks"]] == [6, 6]
+    [ep] = run["stalls"]
+    assert ep["kind"] == "straggler" and ep["ended_by"] == "progress"
+    # the wait is 40 s; the stall began at the ranks' last progress, a fraction of a second before it.
+    # Generous both ways: a loaded machine adds seconds to the step before the wait and the one after
+    assert 38 <= ep["lasted_s"] <= 50, ep
+    assert [(v["rank"], v["state"], v["doing"]) for v in ep["ranks"]] == [
+        (0, "outside any collective", "sleeping"), (1, "waiting in a collective", None)]
+    assert "  straggler for " in p.stdout and f"rank 0 is outside any collective at {sleeps}" in p.stdout
+    assert_nothing_left(tmp_path)
+
+
+@pytest.mark.slow
 def test_pg_timeout_flag_is_applied_and_said(tmp_path):
     p = tw("run", str(FIXTURES / "ddp_ok.py"), "--pg-timeout", "45", "--run-dir", str(tmp_path / "r"),
            "--", "--steps", "3", cwd=tmp_path)
@@ -118,6 +149,55 @@ def test_a_rank_that_never_stepped_shows_no_data(capsys):
     out = summary([rank_row(0), rank_row(1, steps=0, steps_per_s=None, peak_rss_mb=None, exit_code=None)], capsys)
     row1 = next(line for line in out.splitlines() if line.startswith("│ 1 "))
     assert row1.count("no data") == 2 and "0.0" not in row1
+
+
+STRAGGLER_EPISODE = {
+    "kind": "straggler", "ended_by": "progress", "lasted_s": 40.3,
+    "summary": ["straggler: rank 1 waits in a collective for rank 0, which is outside any collective",
+                "rank 0 is outside any collective at w/train.py:331, sleeping for 39.8 s",
+                "rank 1 waits in all_reduce #61 (called at w/train.py:312) for 39.7 s"]}
+
+
+def test_the_summary_keeps_the_stalls_the_job_came_back_from(capsys):
+    out = summary([rank_row(0), rank_row(1)], capsys, status="ok", stalls=[
+        STRAGGLER_EPISODE, {**STRAGGLER_EPISODE, "ended_by": "the end of the run"}])  # the second is hang.txt's
+    lines = out.splitlines()
+    at = lines.index("stalls the job came back from (1; each lasted the hang timeout or longer, and no "
+                     "collective was stuck):")
+    assert lines[at + 1:at + 4] == [
+        "  straggler for 40.3 s: rank 1 waits in a collective for rank 0, which is outside any collective",
+        "    rank 0 is outside any collective at w/train.py:331, sleeping for 39.8 s",
+        "    rank 1 waits in all_reduce #61 (called at w/train.py:312) for 39.7 s"]
+    assert "stalls the job came back from" not in summary([rank_row(0)], capsys, status="ok", stalls=[])
+
+
+def test_stall_notices_say_a_straggler_once_its_line_is_known_and_when_it_is_over(capsys):
+    from harness.monitor import Snapshot
+    from harness.stall import RankFacts, classify
+    from harness.threadstate import ThreadState
+
+    sleeping = ThreadState("S", 230, "hrtimer_nanosleep", "sleeping")
+    bucket = {"op": "all_reduce", "seq": 9, "site": "/w/train.py:54", "async": True}
+
+    def snap(since, site=None, stalled=True):
+        stall = classify([RankFacts(0, thread=sleeping, site=site, quiet_s=since),
+                          RankFacts(1, open=[bucket], quiet_s=since)], 2) if stalled else None
+        return Snapshot(elapsed_s=30.0, attempt=0, ranks=[], since_progress_s=since, phase="running",
+                        stall=stall, stall_limit_s=1830.0)
+
+    seen = []
+    notify = console.stall_notices(seen.append)
+    for s in (snap(5.1), snap(6.1), snap(7.1, "/w/train.py:31"), snap(8.1, "/w/train.py:31"),
+              snap(0.1, stalled=False), snap(0.2, stalled=False)):
+        notify(s)
+    assert len(seen) == 6  # the live table still gets every snapshot
+    assert capsys.readouterr().err.splitlines() == [
+        "straggler: rank 1 waits in a collective for rank 0, which is outside any collective (no progress for "
+        "7.1 s); not a hang: the job goes on, ended only after 1830 s without progress (--stall-timeout)",
+        "  rank 0 is outside any collective at w/train.py:31, sleeping for 7.1 s",
+        "  rank 1 waits in all_reduce #9 (called at w/train.py:54) for 7.1 s",
+        "stall over: the job made progress again after 8.1 s without any",
+    ]
 
 
 def test_device_cuda_without_gpus_is_a_usage_error(tmp_path):
