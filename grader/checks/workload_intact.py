@@ -75,13 +75,13 @@ from grader.roles import Role
 READ_AHEAD_SHARE = 0.5
 # Reads of one evaluation sample by different ranks within this many optimizer steps of each other
 # are one evaluation of it (every rank scoring the same batch); further apart, two (ranks taking
-# turns). Measured, memory-leak's variants with the held-out batches read by persistent loader
-# workers (every rank reads every batch, the split prefetched at once; `trainwreck verify --variants
-# memory-leak`, 2-core machine): one evaluation's reads on the two ranks lie at most 1.10 steps apart
-# (median 0.10-0.19, 98,304 pairs per run); in the main process, 0.41-0.59. 3 leaves 2.7x. Ranks
-# that take turns scoring the same samples fewer than 3 steps apart would count as one evaluation
-# (no shipped brief has them).
-EVAL_WINDOW_STEPS = 3.0
+# turns). Measured, memory-leak's variants with the held-out batches read by loader workers (every
+# rank reads every batch; persistent workers prefetch the split at once, per-pass ones at each pass;
+# `trainwreck verify --variants memory-leak`, 2-core machine): one evaluation's reads on the two ranks
+# lie at most 1.58 steps apart (median 0.10-0.20, 49,152-98,304 pairs per run); read in the main
+# process, 0.41-0.59. 4 leaves 2.5x. Ranks that take turns scoring the same samples fewer than 4
+# steps apart would count as one evaluation (no shipped brief has them).
+EVAL_WINDOW_STEPS = 4.0
 
 class Spec(CheckSpec):
     name: Literal["workload_intact"]
