@@ -38,14 +38,17 @@ class Workload(_Strict):
     global_batch: int = Field(gt=0)
     steps: int = Field(gt=0, description="optimizer steps per rank in an uninterrupted run")
     params: int = Field(gt=0, description="trainable parameter count of the model")
-    # backward passes per optimizer step (micro-batches of gradient accumulation): a run that does
-    # more has work the optimizer step hook never saw
+    # micro-batches of gradient accumulation per optimizer step, where the brief keeps them: each
+    # backpropagated forward pass may hold at most global_batch / (world_size x backward_per_step)
+    # samples. Whatever this says, a step may train on no more samples than the global batch's share
+    # (workload_intact: judged in samples, not in backward calls)
     backward_per_step: int = Field(1, gt=0)
     # the autocast dtype the model's forward passes run under (e.g. "float16"); None: not judged
     autocast: str | None = None
     # evaluations on other datasets: how many, of how many distinct samples each (e.g. {val = {count
-    # = 96, samples = 1024}}). Judged by what all ranks read together at each step, not by which
-    # rank read it: rank 0 scoring the whole split alone is as good as every rank scoring a shard.
+    # = 96, samples = 1024}}). Judged by what all ranks and their loader workers read, a sample counted
+    # once per evaluation whichever rank or process read it: rank 0 scoring the whole split alone is
+    # as good as every rank scoring a shard.
     evaluations: dict[str, Evaluation] = {}
 
 
