@@ -190,7 +190,12 @@ def _hidden_work(ctx: Context, main, evidence: dict[str, Any]) -> list[str]:
             if extra:
                 evidence.setdefault("extra_training", {}).setdefault(role, {})[r] = extra
                 attempt = f" of attempt {extra['attempt']}" if extra["attempt"] else ""
-                if extra["by"] == "samples":
+                if extra["by"] == "samples" and (extra["median"] or 0) > share:  # every step: a bigger batch
+                    problems.append(f"rank {r} trained on a median of {extra['median']:g} samples per optimizer step"
+                                    f"{attempt} in {where} (the rows of the forward passes its backward passes "
+                                    f"reached); the workload's effective batch is {wl.global_batch} samples per step, "
+                                    f"{share} per rank{at}: the batch grew")
+                elif extra["by"] == "samples":
                     problems.append(f"rank {r} trained on {extra['samples']} samples at optimizer step {extra['step']}"
                                     f"{attempt} in {where} (the rows of the forward passes its backward passes "
                                     f"reached; {extra['steps_over']} of its {extra['steps']} steps trained on more "

@@ -71,8 +71,10 @@ def extra_training(ev, rank: int, share: int, per_step: int) -> dict[str, Any] |
         if over:
             r = over[0]
             by_rows = _counted(r)
+            rows = [x["backward_rows"] for x in steps if _counted(x)]
             return {"attempt": a, "step": int(r["step"]), "by": "samples" if by_rows else "backward passes",
                     "samples": r.get("backward_rows") if by_rows else None,
+                    "median": statistics.median(rows) if rows else None,
                     "backward_passes": r.get("backward_passes"), "steps_over": len(over), "steps": len(steps)}
     return None
 

@@ -211,9 +211,14 @@ def test_the_work_as_declared_passes(tmp_path):
                                                   "pass whose samples could be counted); the workload runs 1 per "
                                                   "optimizer step"),
     ({"attempt1": (48, 8), "legacy": True}, {}, "rank 0 ran 48 backward passes for optimizer step 1 of attempt 1"),
-    # every step trains on its batch four times over (4 passes over 4 rows each)
-    ({"backward": {s: 4 for s in range(1, 17)}, "trained": {s: 16 for s in range(1, 17)}}, {},
-     "rank 0 trained on 16 samples at optimizer step 1"),
+    # a few steps train on their batch four times over (4 passes over 4 rows each)
+    ({"backward": {s: 4 for s in (3, 9)}, "trained": {s: 16 for s in (3, 9)}}, {},
+     "rank 0 trained on 16 samples at optimizer step 3 in the main run (the rows of the forward passes its backward "
+     "passes reached; 2 of its 16 steps trained on more than 4)"),
+    # every step trains on twice the batch (a batch per rank that does not shrink with the world size)
+    ({"rows": {s: 8 for s in range(1, 17)}, "reads": {s: 8 for s in range(1, 17)}}, {},
+     "rank 0 trained on a median of 8 samples per optimizer step in the main run (the rows of the forward passes its "
+     "backward passes reached); the workload's effective batch is 8 samples per step, 4 per rank: the batch grew"),
     ({"backward": {s: 4 for s in range(1, 17)}, "legacy": True}, {}, "rank 0 ran 4 backward passes for optimizer step 1"),
     # the step hook called once more after each real step: records of steps that trained nothing
     ({"backward": {s: 0 for s in range(2, 17, 2)}}, {}, "rank 0 recorded 8 of its 16 optimizer steps in the main run "
