@@ -289,6 +289,47 @@ def variant_summary(per: dict) -> None:
           [*rows, ["all", *total]])
 
 
+def validity_suite_json(suite) -> dict:
+    """An exercise's generated cases (a ``grader.validity.suite.Suite``), as ``--list --json`` prints them."""
+    return {"exercise": suite.slug,
+            "cases": [{"case": c.name, "kind": c.kind, "expect": c.spec.expect, "must_fail": c.spec.must_fail,
+                       "says": c.spec.says, "ci": c.spec.ci, "detail": c.detail} for c in suite.cases],
+            "left_out": [{"case": s.name, "why": s.why} for s in suite.skipped],
+            "short": suite.short()}
+
+
+def validity_list(suite) -> None:
+    """An exercise's generated cases, one line each: kind, name, expected verdict, CI's tier."""
+    text(f"{suite.slug}: {len(suite.rewrites)} rewrites (and all of them composed), {len(suite.mutations)} mutations",
+         style="bold")
+    for c in suite.cases:
+        expected = "pass" if c.spec.expect == "pass" else f"fail {', '.join(c.spec.must_fail)} saying {c.spec.says!r}"
+        text(f"  {c.kind:8} {c.name:28} {expected}{' [ci]' if c.spec.ci else ''}")
+    for s in suite.skipped:
+        text(f"  left out {s.name}: {s.why}")
+    for p in suite.short():
+        text(f"  - {p}", style="red")
+
+
+def validity_line(o) -> None:
+    """One generated case graded (a ``grader.validity.run.CaseOutcome``)."""
+    j = o.to_json()
+    colour = "green" if o.agrees else "red"
+    failed = "; ".join(f["check"] for f in j["failed"])
+    out.print(f"[bold {colour}]{'agree' if o.agrees else 'DISAGREE'}[/] {escape(o.case.id)}: expected {j['expect']}, "
+              f"got {j['got']}" + (f"; failed {escape(failed)}" if failed else "")
+              + (f" ({j['wall_s']:.0f} s)" if j["wall_s"] is not None else ""), markup=True)
+    if o.outcome.problem:
+        text(f"    - {o.outcome.problem}")
+
+
+def validity_summary(per: dict, result_path) -> None:
+    rows = [[slug, f"{r['accepted']} of {r['rewrites']}", f"{r['rejected']} of {r['mutations']}"]
+            for slug, r in sorted(per.items())]
+    table("validity suite", ["exercise", "rewrites accepted", "mutations rejected as expected"], rows)
+    text(f"run result: {display_path(str(result_path))}")
+
+
 def _ms(v: float) -> str:
     return f"{v:.2f}" if v < 10 else f"{v:.1f}"
 

@@ -23,16 +23,29 @@ from grader.errors import EXIT_FAIL, EXIT_OK, UserError
 @click.option("--variants", is_flag=True,
               help="Grade the variant corpus (tests/variants/<slug>/<name>) instead: every valid fix in another "
                    "style must pass, every partial fix and cheat must fail as its variant.toml says.")
+@click.option("--validity", is_flag=True,
+              help="Grade the generated validity suite instead (grader/validity, tests/validity/<slug>.toml): every "
+                   "semantics-preserving rewrite of the reference fix must pass, every property-breaking mutation "
+                   "must fail with the check and message its config names. Writes <out>/validity.json.")
 @click.option("--ci", "ci_only", is_flag=True,
-              help="With --variants: only CI's tier (variants marked ci = true, a few of each class per exercise); "
-                   "the whole corpus takes hours on a 2-core machine.")
+              help="With --variants or --validity: only CI's tier (cases marked ci = true, a few per exercise); "
+                   "the whole corpus or suite takes hours on a 2-core machine.")
+@click.option("--list", "list_only", is_flag=True,
+              help="With --validity: print the generated cases, and those left out with why, without grading.")
 @click.option("--no-sandbox", "no_sandbox", is_flag=True,
               help="Run the graded code without the bubblewrap sandbox (unisolated: only where the sandbox cannot run; "
                    "result.json and every report say so).")
-def command(slugs, device, out, as_json, variants, ci_only, no_sandbox):
+def command(slugs, device, out, as_json, variants, validity, ci_only, list_only, no_sandbox):
     """Prove every exercise (or SLUGS) fails as shipped and passes with its reference solution."""
-    if ci_only and not variants:
-        raise UserError("--ci selects CI's tier of the variant corpus; give it with --variants")
+    if ci_only and not (variants or validity):
+        raise UserError("--ci selects CI's tier of the variant corpus or the validity suite; give it with "
+                        "--variants or --validity")
+    if list_only and not validity:
+        raise UserError("--list prints the validity suite's generated cases; give it with --validity")
+    if variants and validity:
+        raise UserError("--variants and --validity are two suites; grade one at a time")
+    if validity:
+        _validity(list(slugs), device, out, as_json, not no_sandbox, ci_only, list_only)
     if variants:
         _variants(list(slugs), device, out, as_json, not no_sandbox, ci_only)
     from grader.exercises import discover
@@ -81,6 +94,40 @@ def _variants(slugs: list[str], device: str, out: Path | None, as_json: bool, sa
         console.emit_json({"variants": [o.to_json() for o in outcomes], "agreement": _agreement(outcomes)})
     else:
         console.variant_summary(_agreement(outcomes))
+    sys.exit(EXIT_OK if all(o.agrees for o in outcomes) else EXIT_FAIL)
+
+
+def _validity(slugs: list[str], device: str, out: Path | None, as_json: bool, sandbox: bool, ci_only: bool,
+              list_only: bool) -> None:
+    from grader.validity.run import grade_case, run_result, summary, write_result
+    from grader.validity.suite import build, script_slugs
+
+    started = datetime.now().astimezone()
+    suites = [build(s, ci_only=ci_only) for s in (slugs or script_slugs())]
+    if list_only:
+        if as_json:
+            console.emit_json({"exercises": [console.validity_suite_json(s) for s in suites]})
+        else:
+            for s in suites:
+                console.validity_list(s)
+        sys.exit(EXIT_OK)
+    out = (out or Path(".trainwreck") / "validity" / started.strftime("%Y%m%d-%H%M%S")).resolve()
+    outcomes = []
+    for suite in suites:
+        for case in suite.cases:
+            console.info(f"{case.id} (expected to {case.spec.expect})")
+            o = grade_case(case, out, device=device, sandbox=sandbox, progress=console.info)
+            outcomes.append(o)
+            if not as_json:
+                console.validity_line(o)
+            # the run result after every case: an interrupted run keeps what it graded
+            write_result(run_result(outcomes, started, "trainwreck verify --validity " + " ".join(
+                [*slugs, *(["--ci"] if ci_only else [])])), out)
+    if as_json:
+        console.emit_json({"cases": [o.to_json() for o in outcomes], "summary": summary(outcomes),
+                           "result": str(out / "validity.json")})
+    else:
+        console.validity_summary(summary(outcomes), out / "validity.json")
     sys.exit(EXIT_OK if all(o.agrees for o in outcomes) else EXIT_FAIL)
 
 

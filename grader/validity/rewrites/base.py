@@ -1,0 +1,35 @@
+"""What a rewrite is: one semantics-preserving change of a script, with a name, one line on why the
+job it runs is the same job, ``applies(tree)`` (the script has what it changes) and
+``apply(tree)`` (a new tree; the one given is never changed)."""
+
+from __future__ import annotations
+
+import ast
+from typing import ClassVar
+
+from grader.validity.source import clone
+
+
+class Rewrite:
+    name: ClassVar[str]
+    why: ClassVar[str]  # one line: why the rewritten script trains the same model on the same data
+    # rewrites that cannot both be applied to one script (the second would undo or collide with the
+    # first); a composition keeps the first of them in library order
+    conflicts: ClassVar[tuple[str, ...]] = ()
+
+    def applies(self, tree: ast.Module) -> bool:
+        raise NotImplementedError
+
+    def change(self, tree: ast.Module) -> None:
+        """Rewrite ``tree`` in place (``apply`` hands it a copy)."""
+        raise NotImplementedError
+
+    def apply(self, tree: ast.Module) -> ast.Module:
+        if not self.applies(tree):
+            raise ValueError(f"rewrite {self.name} does not apply to this script")
+        out = clone(tree)
+        self.change(out)
+        return ast.fix_missing_locations(out)
+
+    def __repr__(self) -> str:
+        return f"<rewrite {self.name}>"

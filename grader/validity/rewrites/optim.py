@@ -1,0 +1,144 @@
+"""Rewrites of the step's mechanics: parameter groups (another parameter order), gradients cleared
+by hand, DDP's gradients as bucket views, a 16-bit gradient wire where the brief allows it, and
+inference_mode for evaluation."""
+
+from __future__ import annotations
+
+import ast
+
+from grader.validity.rewrites.base import Rewrite
+from grader.validity.source import (
+    add_import,
+    ddp_assign,
+    expr,
+    fresh,
+    is_call,
+    kwarg,
+    locate,
+    optimizer_assign,
+    snippet,
+)
+
+
+class ParamGroups(Rewrite):
+    name = "param-groups"
+    why = "the optimizer gets two parameter groups (1-D parameters first, then matrices) with the same settings: another order, the same update"
+
+    def _call(self, tree: ast.Module) -> ast.Call | None:
+        opt = optimizer_assign(tree)
+        if opt is None:
+            return None
+        c = opt[1].value
+        if c.args and is_call(c.args[0], ".parameters") and not c.args[0].args:
+            return c
+        return None
+
+    def applies(self, tree: ast.Module) -> bool:
+        return self._call(tree) is not None
+
+    def change(self, tree: ast.Module) -> None:
+        c = self._call(tree)
+        model = c.args[0].func.value
+        p = fresh(tree, "p")
+        groups = expr(f'[{{"params": [{p} for {p} in M.parameters() if {p}.ndim < 2]}}, '
+                      f'{{"params": [{p} for {p} in M.parameters() if {p}.ndim >= 2]}}]')
+        for d in groups.elts:
+            d.values[0].generators[0].iter.func.value = model
+        c.args[0] = groups
+
+
+class ZeroGradByHand(Rewrite):
+    name = "zero-grad-by-hand"
+    why = "gradients are cleared by setting each parameter's .grad to None, which is what zero_grad(set_to_none=True) does"
+
+    def _stmts(self, tree: ast.Module) -> list[ast.Expr]:
+        opt = optimizer_assign(tree)
+        if opt is None:
+            return []
+        out = []
+        for s in ast.walk(tree):
+            if isinstance(s, ast.Expr) and is_call(s.value, f"{opt[0]}.zero_grad"):
+                v = kwarg(s.value, "set_to_none")
+                if v is None or (isinstance(v, ast.Constant) and v.value is True):
+                    out.append(s)
+        return out
+
+    def applies(self, tree: ast.Module) -> bool:
+        return bool(self._stmts(tree))
+
+    def change(self, tree: ast.Module) -> None:
+        opt = optimizer_assign(tree)[0]
+        g, p = fresh(tree, "group"), fresh(tree, "param")
+        for s in self._stmts(tree):
+            body, i = locate(tree, s)
+            body[i] = snippet(f'''
+                for {g} in {opt}.param_groups:
+                    for {p} in {g}["params"]:
+                        {p}.grad = None
+                ''')[0]
+
+
+class BucketView(Rewrite):
+    name = "ddp-bucket-view"
+    why = "DDP's gradients are views into its communication buckets (gradient_as_bucket_view=True): the same values, no copy"
+
+    def applies(self, tree: ast.Module) -> bool:
+        d = ddp_assign(tree)
+        return d is not None and kwarg(d[1].value, "gradient_as_bucket_view") is None
+
+    def change(self, tree: ast.Module) -> None:
+        ddp_assign(tree)[1].value.keywords.append(ast.keyword("gradient_as_bucket_view", ast.Constant(True)))
+
+
+class _Wire(Rewrite):
+    hook: str
+
+    def applies(self, tree: ast.Module) -> bool:
+        return ddp_assign(tree) is not None and not any(is_call(n, ".register_comm_hook") for n in ast.walk(tree))
+
+    def change(self, tree: ast.Module) -> None:
+        name, stmt = ddp_assign(tree)
+        hooks = add_import(tree, "torch.distributed.algorithms.ddp_comm_hooks", "default_hooks")
+        body, i = locate(tree, stmt)
+        body.insert(i + 1, snippet(f"{name}.register_comm_hook(state=None, hook={hooks}.{self.hook})")[0])
+
+
+class Fp16Wire(_Wire):
+    name = "fp16-wire"
+    why = "DDP sends gradients as fp16 and averages them back in fp32 (fp16_compress_hook), where the brief allows a 16-bit wire"
+    hook = "fp16_compress_hook"
+    conflicts = ("bf16-wire",)
+
+
+class Bf16Wire(_Wire):
+    name = "bf16-wire"
+    why = "DDP sends gradients as bf16 and averages them back in fp32 (bf16_compress_hook), where the brief allows a 16-bit wire"
+    hook = "bf16_compress_hook"
+    conflicts = ("fp16-wire",)
+
+
+def _item_only(fn: ast.FunctionDef) -> bool:
+    """Every return of ``fn`` hands back a Python number (``.item()``), never a tensor."""
+    rets = [n for n in ast.walk(fn) if isinstance(n, ast.Return)]
+    return bool(rets) and all(is_call(r.value, ".item", "float") for r in rets)
+
+
+class InferenceMode(Rewrite):
+    name = "inference-mode"
+    why = "evaluation runs under torch.inference_mode() instead of no_grad(): no graph either way, and its results leave as numbers"
+
+    def _sites(self, tree: ast.Module) -> list[ast.Call]:
+        out = []
+        for n in ast.walk(tree):
+            if isinstance(n, ast.With):
+                out += [i.context_expr for i in n.items if is_call(i.context_expr, "torch.no_grad")]
+            if isinstance(n, ast.FunctionDef) and _item_only(n):
+                out += [d for d in n.decorator_list if is_call(d, "torch.no_grad")]
+        return out
+
+    def applies(self, tree: ast.Module) -> bool:
+        return bool(self._sites(tree))
+
+    def change(self, tree: ast.Module) -> None:
+        for c in self._sites(tree):
+            c.func.attr = "inference_mode"

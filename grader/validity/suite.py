@@ -1,0 +1,154 @@
+"""The generated cases of one exercise and how each is judged.
+
+A case is the reference fix rewritten (must pass) or mutated (must fail with a reason naming the
+property: the check its config names, and text the check's message holds). Every case becomes a
+``grader.variants.Variant`` with that expected verdict, so it is graded and judged exactly as the
+hand-written corpus is (``grader.variants.judge``: the same agreement rule)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from grader.errors import ManifestError
+from grader.validity.config import MIN_MUTATIONS, MIN_REWRITES, ValidityConfig, config_path, load_config
+from grader.validity.mutations import BY_NAME as MUTATION_FAMILIES
+from grader.validity.mutations import Fix, Skipped, generate
+from grader.validity.rewrites import BY_NAME as REWRITES_BY_NAME
+from grader.validity.rewrites import REWRITES, compose
+from grader.validity.source import parse, render
+from grader.variants import FORMAT_VERSION, Variant, VariantSpec
+
+ALL = "all-rewrites"  # every rewrite that applies, composed into one script
+
+
+@dataclass
+class Case:
+    slug: str
+    name: str
+    kind: Literal["rewrite", "mutation"]
+    detail: str  # a rewrite: why it preserves semantics; a mutation: what exactly changed
+    source: str
+    spec: VariantSpec
+    breaks: str = ""  # a mutation: the property its family breaks
+
+    @property
+    def id(self) -> str:
+        return f"{self.slug}/{self.kind}/{self.name}"
+
+    def variant(self, folder: Path) -> Variant:
+        """The case as a corpus variant: its script written to ``folder``, its expected verdict."""
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "train.py").write_text(self.source)
+        return Variant(self.slug, f"{self.kind}-{self.name}", folder, self.spec)
+
+
+@dataclass
+class Suite:
+    slug: str
+    config: ValidityConfig
+    cases: list[Case] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)  # rewrites and mutants not graded, and why
+
+    @property
+    def rewrites(self) -> list[Case]:
+        return [c for c in self.cases if c.kind == "rewrite" and c.name != ALL]
+
+    @property
+    def mutations(self) -> list[Case]:
+        return [c for c in self.cases if c.kind == "mutation"]
+
+    def short(self) -> list[str]:
+        """Counts under the minimum that the config does not explain."""
+        out = []
+        if len(self.rewrites) < MIN_REWRITES and not self.config.fewer_rewrites:
+            out.append(f"{len(self.rewrites)} rewrites apply (at least {MIN_REWRITES}); say why in fewer_rewrites")
+        if len(self.mutations) < MIN_MUTATIONS and not self.config.fewer_mutations:
+            out.append(f"{len(self.mutations)} mutations apply (at least {MIN_MUTATIONS}); say why in fewer_mutations")
+        return out
+
+
+def _script(slug: str, root: Path | None, kind: str) -> str:
+    from grader.exercises import find_script
+
+    ex = find_script(slug, root)
+    return ((ex.solution_dir if kind == "solution" else ex.dir) / ex.manifest.entry).read_text()
+
+
+def build(slug: str, root: Path | None = None, ci_only: bool = False) -> Suite:
+    """The cases of ``slug``: every rewrite that applies (and is not skipped by the config), all of
+    them composed, and every generated mutant with the verdict its config writes down."""
+    from grader.checks import CHECK_NAMES
+    from grader.exercises import find_script
+
+    cfg, path = load_config(slug, root), config_path(slug, root)
+    checks = {c.name for c in find_script(slug, root).manifest.checks}
+    ref = _script(slug, root, "solution")
+    tree = parse(ref)
+    suite = Suite(slug, cfg)
+    for name in cfg.skip_rewrites:
+        if name not in REWRITES_BY_NAME:
+            raise ManifestError(f"{path}: skip_rewrites.{name}: no rewrite of that name; the library has "
+                                f"{', '.join(REWRITES_BY_NAME)}")
+        if not REWRITES_BY_NAME[name].applies(tree):
+            raise ManifestError(f"{path}: skip_rewrites.{name}: the rewrite does not apply to the reference anyway; "
+                                "remove the line")
+    for n in cfg.ci_rewrites:
+        if n != ALL and n not in REWRITES_BY_NAME:
+            raise ManifestError(f"{path}: ci_rewrites: {n!r} is no rewrite; name one of the library's or {ALL!r}")
+    used = []
+    for r in REWRITES:
+        if r.name in cfg.skip_rewrites:
+            suite.skipped.append(Skipped(f"rewrite {r.name}", cfg.skip_rewrites[r.name]))
+        elif r.applies(tree):
+            used.append(r.name)
+            suite.cases.append(Case(slug, r.name, "rewrite", r.why, render(r.apply(tree)), _valid(r.why, r.name in cfg.ci_rewrites)))
+    composed, done = compose(tree, used)
+    suite.cases.append(Case(slug, ALL, "rewrite", f"{len(done)} rewrites composed: {', '.join(done)}",
+                            render(composed), _valid("every rewrite above at once, each semantics-preserving",
+                                                     ALL in cfg.ci_rewrites)))
+    mutants, skipped = generate(Fix(_script(slug, root, "broken"), ref))
+    suite.skipped += skipped
+    names = {m.name for m in mutants}
+    for name in cfg.mutations:
+        if name not in names:
+            raise ManifestError(f"{path}: mutations.{name}: no such mutant is generated from the fix "
+                                f"(generated: {', '.join(sorted(names)) or 'none'}); remove the table or rename it")
+    missing = [m for m in mutants if m.name not in cfg.mutations]
+    if missing:
+        m = missing[0]
+        raise ManifestError(f"{path}: mutations.{m.name}: no expected verdict for this generated mutant ({m.detail}); "
+                            f"add [mutations.{m.name}] with touches, must_fail, says and why, or skip = true"
+                            + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    for m in mutants:
+        exp = cfg.mutations[m.name]
+        if exp.touches is not None and exp.touches != m.touches:
+            raise ManifestError(f"{path}: mutations.{m.name}.touches: the mutant now touches {m.touches!r}, not "
+                                f"{exp.touches!r}: the fix changed; write this mutant's verdict again")
+        bad = [c for c in exp.must_fail if c not in CHECK_NAMES or c not in checks]
+        if bad:
+            raise ManifestError(f"{path}: mutations.{m.name}.must_fail: {bad[0]!r} is not a check of {slug}'s manifest "
+                                f"({', '.join(sorted(checks))})")
+        if exp.skip:
+            suite.skipped.append(Skipped(m.name, exp.why))
+            continue
+        family = MUTATION_FAMILIES[m.family]
+        spec = VariantSpec(format_version=FORMAT_VERSION, kind="partial", expect="fail", why=exp.why,
+                           must_fail=exp.must_fail, says=exp.says, ci=exp.ci,
+                           throughput=exp.throughput or ("quick" if "throughput" in exp.must_fail else "skip"))
+        suite.cases.append(Case(slug, m.name, "mutation", m.detail, m.source, spec, family.breaks))
+    if ci_only:
+        suite.cases = [c for c in suite.cases if c.spec.ci]
+    return suite
+
+
+def _valid(why: str, ci: bool) -> VariantSpec:
+    return VariantSpec(format_version=FORMAT_VERSION, kind="valid", expect="pass", why=why, throughput="quick", ci=ci)
+
+
+def script_slugs(root: Path | None = None) -> list[str]:
+    from grader.exercises import discover
+
+    found, _ = discover(root)
+    return sorted(e.slug for e in found if e.kind == "script")
