@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from harness import rundir, stallwatch
+from harness import rundir, stallwatch, threadstate
 from harness.stall import RankFacts
 from harness.stallwatch import StallWatch, catches
 from harness.threadstate import ThreadState
@@ -74,6 +74,9 @@ def straggler(tmp_path):
     script.write_text(DUMPS_ON_USR1)
     p = subprocess.Popen([sys.executable, str(script), str(stacks)], stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "ready"
+    deadline = time.time() + 10  # until it is in the sleep, not still on the line before it
+    while time.time() < deadline and getattr(threadstate.read(p.pid), "doing", None) != "sleeping":
+        time.sleep(0.02)
     yield p.pid, f"{script}:6"
     p.kill()
     p.wait()
