@@ -10,7 +10,7 @@ and its main thread in /proc) and tells a deadlock from a straggler:
   hung once it has held for the hang timeout (the start-up allowance, before the first step of an
   attempt): it cannot complete, and the process group would end it with an error anyway;
 - a straggler (a rank outside any collective while others wait for it) and no progress at all
-  (no rank in a collective) are reported once they have lasted the hang timeout, and the job goes
+  (no rank in a collective) are reported once they have lasted the same allowance, and the job goes
   on: only the stall limit ends them, by default no shorter than the process group's own timeout
   (``pg_init``'s, 30 min on gloo and 10 min on NCCL unless the script sets another), past which
   torch would have ended the waiting ranks itself.
@@ -75,7 +75,7 @@ class Snapshot:
     ranks: list[RankProgress]
     since_progress_s: float
     phase: str  # "startup" (no step yet in this attempt) or "running"
-    stall: Stall | None = None  # what the ranks do, once no progress has lasted the hang timeout
+    stall: Stall | None = None  # what the ranks do, once no progress has lasted the allowance
     stall_limit_s: float = 0.0  # no progress for this long ends the job, whatever the ranks do
 
 
@@ -99,7 +99,7 @@ class Monitor:
         self.stall: Stall | None = None  # the last look, while no progress lasts
         self.stall_since = 0.0  # since when the stall has been what it is now
         self._looked_at = 0.0
-        self.stalls: list[dict] = []  # every stall that lasted the hang timeout, oldest first
+        self.stalls: list[dict] = []  # every stall that lasted the allowance, oldest first
         self.started = time.time()
         self.ranks: dict[int, RankProgress] = {}
         self.attempt = 0
@@ -150,7 +150,7 @@ class Monitor:
             # the first look of a stall dates it from the last progress; a later change from now
             self.stall_since = self.last_progress if self.stall is None else now
         self.stall = stall
-        if since >= self.hang_timeout:
+        if since >= self.allowance():
             self.stallwatch.ask_stacks(facts, self.live_pids())
             if not self.stalls or self.stalls[-1].get("ended_at") is not None:
                 self.stalls.append({"started_at": round(self.last_progress, 3), "reported_at": round(now, 3),
@@ -170,10 +170,16 @@ class Monitor:
         self.stall = None
         self.stallwatch.new_stall()
 
+    def allowance(self) -> float:
+        """How long a stall must last to be news, and a deadlock to be hung: the hang timeout, or
+        the start-up allowance before the first step of an attempt (imports, the launcher's own
+        start, data set up and NCCL's first collective write no record and may use no CPU)."""
+        return self.hang_timeout if self.stepped_this_attempt else self.startup_timeout
+
     def reported_stall(self, now: float | None = None) -> Stall | None:
-        """The stall, once it has lasted the hang timeout (shorter ones are not news)."""
+        """The stall, once it has lasted the allowance (shorter ones are not news)."""
         now = now or time.time()
-        return self.stall if self.stall is not None and now - self.last_progress >= self.hang_timeout else None
+        return self.stall if self.stall is not None and now - self.last_progress >= self.allowance() else None
 
     def stall_limit(self) -> float:
         """No progress for this long ends the job, whatever the ranks do: the user's limit, else
@@ -182,8 +188,7 @@ class Monitor:
         if self.stall_timeout is not None:
             return self.stall_timeout
         pg = self.pg_timeout_s if self.pg_timeout_s is not None else defaults.PG_TIMEOUT_S
-        allowance = self.hang_timeout if self.stepped_this_attempt else self.startup_timeout
-        return max(pg + defaults.STALL_MARGIN_S, allowance)
+        return max(pg + defaults.STALL_MARGIN_S, self.allowance())
 
     def ended_by(self, now: float | None = None) -> str | None:
         """Why the job is to be ended now, or None: "hang timeout" or "start-up allowance" (a
@@ -194,9 +199,8 @@ class Monitor:
         s = self.stall
         if s is None or s.kind != DEADLOCK:
             return None
-        limit, name = ((self.hang_timeout, "hang timeout") if self.stepped_this_attempt
-                       else (self.startup_timeout, "start-up allowance"))
-        return name if now - max(self.stall_since, self.last_progress) > limit else None
+        name = "hang timeout" if self.stepped_this_attempt else "start-up allowance"
+        return name if now - max(self.stall_since, self.last_progress) > self.allowance() else None
 
     def hung(self, now: float | None = None) -> bool:
         return self.ended_by(now) is not None

@@ -33,7 +33,8 @@ from harness.phases import read_run as read_profile
                    f"(sleeping, reading, in I/O) while others wait for it is a straggler: reported once it has "
                    f"lasted this long, and left to go on.")
 @click.option("--startup-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
-              help=f"The same allowance for a deadlock before the first step (default {defaults.STARTUP_TIMEOUT_S:g}).")
+              help=f"The hang timeout before the first step, for a deadlock and for reporting a straggler "
+                   f"(default {defaults.STARTUP_TIMEOUT_S:g}).")
 @click.option("--stall-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Seconds without progress of any kind after which the job is ended whatever its ranks are "
                    "doing, a straggler included (default: the process group's own timeout plus "

@@ -249,6 +249,22 @@ def test_wall_clock_timeout(tmp_path):
     assert rundir.load_run(res.run_dir)["status"] == "timeout" and res.hang is None
 
 
+def test_a_straggler_past_the_runs_time_limit_ends_as_timeout_with_the_report_saying_straggler(tmp_path):
+    """As a grading runs it (a short hang timeout, a wall-clock limit): rank 0 sleeps 60 s outside any
+    collective. Not hung at the 3 s hang timeout; the time limit ends it, as it ends any run, and
+    the report says what held the job."""
+    res = run(tmp_path, "straggler.py", "--wait-s", "60", hang_timeout=3, timeout=20)
+    assert res.status == "timeout" and res.hang is not None
+    assert (res.hang["kind"], res.hang["ended_by"]) == ("straggler", "time limit")
+    assert [r["state"] for r in res.hang["ranks"]] == ["outside any collective", "waiting in a collective"]
+    assert res.hang["ranks"][0]["doing"] == "sleeping" and res.hang["ranks"][0]["blocked_at"].endswith(
+        f"straggler.py:{(FIXTURES / 'straggler.py').read_text().splitlines().index('        time.sleep(seconds)  # the line a straggler report names') + 1}")
+    text = (res.run_dir / "hang.txt").read_text()
+    assert text.startswith("The run's time limit ran out while no rank had made progress for ")
+    assert "Not a hang: no collective was shown unable to complete" in text
+    assert [ep["ended_by"] for ep in res.stalls] == ["the end of the run"]
+
+
 def test_gradscaler_skipped_steps_are_iterations(tmp_path):
     res = run(tmp_path, "nan_scaler.py")
     assert res.status == "ok"

@@ -284,6 +284,19 @@ def test_a_deadlock_before_the_first_step_gets_the_startup_allowance(job):
     assert mon.ended_by(t + 60.5) == "start-up allowance"
 
 
+def test_before_the_first_step_a_stall_is_news_only_after_the_startup_allowance(job):
+    """The launcher importing torch, a rank downloading its data while the other waits in a
+    barrier: no record and no CPU for a while is the start-up's ordinary course."""
+    mon, ranks = job
+    t = time.time()
+    mon.poll(t)  # no rank has booted yet
+    for dt in range(1, 60):
+        assert mon.poll(t + dt).stall is None
+    assert mon.stall.kind == NO_PROGRESS and mon.stalls == []
+    assert mon.poll(t + 60).stall.kind == NO_PROGRESS and len(mon.stalls) == 1
+    assert not mon.hung(t + 60)
+
+
 @pytest.mark.parametrize("stream", [rundir.COLLECTIVES, rundir.SAMPLES, rundir.SAVES, rundir.EVENTS])
 def test_any_signed_record_is_progress(job, tmp_path, stream):
     mon, ranks = job
