@@ -312,15 +312,21 @@ def loaded_checkpoints(tree: ast.AST) -> set[str]:
 
 
 def strip_docstrings(tree: ast.Module) -> ast.Module:
-    t = clone(tree)
-    for n in ast.walk(t):
+    """``tree`` without its docstrings (changed in place, and returned)."""
+    for n in ast.walk(tree):
         if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)) and n.body \
                 and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant) \
                 and isinstance(n.body[0].value.value, str):
             n.body = n.body[1:] or [ast.Pass()]
-    return t
+    return tree
+
+
+def program_key(source: str) -> str:
+    """What a script does, as text: its tree without docstrings (two scripts that differ only in
+    comments, docstrings or layout have the same key)."""
+    return ast.dump(strip_docstrings(parse(source)))
 
 
 def same_program(a: ast.Module, b: ast.Module) -> bool:
     """The same code, docstrings aside."""
-    return ast.dump(strip_docstrings(a)) == ast.dump(strip_docstrings(b))
+    return program_key(ast.unparse(a)) == program_key(ast.unparse(b))

@@ -7,7 +7,9 @@ hand-written corpus is (``grader.variants.judge``: the same agreement rule)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
@@ -29,9 +31,13 @@ class Case:
     name: str
     kind: Literal["rewrite", "mutation"]
     detail: str  # a rewrite: why it preserves semantics; a mutation: what exactly changed
-    source: str
+    make: Callable[[], str]  # the case's script (made when first needed: listing makes none)
     spec: VariantSpec
     breaks: str = ""  # a mutation: the property its family breaks
+
+    @cached_property
+    def source(self) -> str:
+        return self.make()
 
     @property
     def id(self) -> str:
@@ -97,19 +103,7 @@ def build(slug: str, root: Path | None = None, ci_only: bool = False) -> Suite:
     for n in cfg.ci_rewrites:
         if n != ALL and n not in REWRITES_BY_NAME:
             raise ManifestError(f"{path}: ci_rewrites: {n!r} is no rewrite; name one of the library's or {ALL!r}")
-    used = []
-    for r in REWRITES:
-        if r.name in cfg.skip_rewrites:
-            suite.skipped.append(Skipped(f"rewrite {r.name}", cfg.skip_rewrites[r.name]))
-        elif r.applies(tree):
-            used.append(r.name)
-            suite.cases.append(Case(slug, r.name, "rewrite", r.why, render(r.apply(tree)), _valid(r.why, r.name in cfg.ci_rewrites)))
-    composed, done = compose(tree, used)
-    suite.cases.append(Case(slug, ALL, "rewrite", f"{len(done)} rewrites composed: {', '.join(done)}",
-                            render(composed), _valid("every rewrite above at once, each semantics-preserving",
-                                                     ALL in cfg.ci_rewrites)))
     mutants, skipped = generate(Fix(_script(slug, root, "broken"), ref))
-    suite.skipped += skipped
     names = {m.name for m in mutants}
     for name in cfg.mutations:
         if name not in names:
@@ -121,6 +115,18 @@ def build(slug: str, root: Path | None = None, ci_only: bool = False) -> Suite:
         raise ManifestError(f"{path}: mutations.{m.name}: no expected verdict for this generated mutant ({m.detail}); "
                             f"add [mutations.{m.name}] with touches, must_fail, says and why, or skip = true"
                             + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    used = []
+    for r in REWRITES:
+        if r.name in cfg.skip_rewrites:
+            suite.skipped.append(Skipped(f"rewrite {r.name}", cfg.skip_rewrites[r.name]))
+        elif r.applies(tree):
+            used.append(r.name)
+            suite.cases.append(Case(slug, r.name, "rewrite", r.why, lambda r=r: render(r.apply(tree)),
+                                    _valid(r.why, r.name in cfg.ci_rewrites)))
+    suite.cases.append(Case(slug, ALL, "rewrite", f"every rewrite that applies, composed: {', '.join(used)}",
+                            lambda: render(compose(tree, used)[0]),
+                            _valid("every rewrite above at once, each semantics-preserving", ALL in cfg.ci_rewrites)))
+    suite.skipped += skipped
     for m in mutants:
         exp = cfg.mutations[m.name]
         if exp.touches is not None and exp.touches != m.touches:
@@ -137,7 +143,7 @@ def build(slug: str, root: Path | None = None, ci_only: bool = False) -> Suite:
         spec = VariantSpec(format_version=FORMAT_VERSION, kind="partial", expect="fail", why=exp.why,
                            must_fail=exp.must_fail, says=exp.says, ci=exp.ci,
                            throughput=exp.throughput or ("quick" if "throughput" in exp.must_fail else "skip"))
-        suite.cases.append(Case(slug, m.name, "mutation", m.detail, m.source, spec, family.breaks))
+        suite.cases.append(Case(slug, m.name, "mutation", m.detail, lambda m=m: m.source, spec, family.breaks))
     if ci_only:
         suite.cases = [c for c in suite.cases if c.spec.ci]
     return suite

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from grader.validity.source import parse, render, same_program, undefined
+from grader.validity.source import parse, program_key, undefined
 
 
 @dataclass(frozen=True)
@@ -35,8 +35,10 @@ class Fix:
     broken_lines: list[str] = field(init=False)
     ref_lines: list[str] = field(init=False)
     hunks: list[Hunk] = field(init=False)
+    ref_key: str = field(init=False)  # the reference as a program (``program_key``)
 
     def __post_init__(self) -> None:
+        self.ref_key = program_key(self.ref)
         self.broken_lines = self.broken.splitlines(keepends=True)
         self.ref_lines = self.ref.splitlines(keepends=True)
         sm = difflib.SequenceMatcher(None, self.broken_lines, self.ref_lines, autojunk=False)
@@ -98,7 +100,7 @@ def problem(source: str, fix: Fix) -> str | None:
         tree = parse(source)
     except SyntaxError as e:
         return f"does not parse ({e.msg}, line {e.lineno})"
-    if same_program(tree, fix.ref_tree):
+    if program_key(source) == fix.ref_key:
         return "the same program as the reference (comments or docstrings only)"
     gone = sorted(undefined(tree))
     if gone:
@@ -107,7 +109,7 @@ def problem(source: str, fix: Fix) -> str | None:
 
 
 def canonical(source: str) -> str:
-    return render(parse(source))
+    return program_key(source)
 
 
 def word_in(name: str, text: str) -> bool:

@@ -1,0 +1,123 @@
+"""The mutation library, without launching anything: every mutant parses, is another program than
+the reference, binds every name it reads, and changes what its family says; the diff families
+are pinned on a small fix written out here."""
+
+from __future__ import annotations
+
+import ast
+from functools import cache
+
+import pytest
+
+from grader.validity.mutations import MUTATIONS, Fix, generate
+from grader.validity.mutations.base import problem
+from grader.validity.mutations.diff import revert_groups
+from grader.validity.source import calls, is_call, parse, program_key, undefined
+from tests.grader.validity.scripts import SLUGS, broken, foreign_imports, reference
+
+
+@cache
+def _generated(slug: str):
+    return generate(Fix(broken(slug), reference(slug)))
+
+
+MUTANTS = [(s, m.name) for s in SLUGS for m in _generated(s)[0]]
+
+
+def _mutant(slug: str, name: str):
+    return next(m for m in _generated(slug)[0] if m.name == name)
+
+
+@pytest.mark.parametrize("slug, name", MUTANTS, ids=[f"{s}-{n}" for s, n in MUTANTS])
+def test_a_mutant_is_another_program_that_runs_its_names(slug, name):
+    m = _mutant(slug, name)
+    tree = parse(m.source)
+    compile(m.source, f"{slug}/{name}", "exec")
+    assert program_key(m.source) != program_key(reference(slug)), "the mutant is the reference again"
+    assert program_key(m.source) != program_key(broken(slug)), "the mutant is the broken script"
+    assert not undefined(tree) and not foreign_imports(tree)
+    assert m.detail and m.family in {f.name for f in MUTATIONS}
+    if m.family == "rank0-only":
+        assert any(isinstance(n, ast.If) and "dist.get_rank() == 0" in ast.unparse(n.test) for n in ast.walk(tree))
+    if m.family == "first-epoch-only":
+        assert any(isinstance(n, ast.If) and ast.unparse(n.test).startswith("epoch == ") for n in ast.walk(tree))
+    if m.family == "catch-timeout":
+        assert any(isinstance(n, ast.Try) and any(is_call(c, "save_checkpoint", "save_final_checkpoint")
+                                                  for c in ast.walk(n)) for n in ast.walk(tree))
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_mutants_are_distinct_programs(slug):
+    keys = [program_key(m.source) for m in _generated(slug)[0]]
+    assert len(keys) == len(set(keys))
+
+
+def test_the_targeted_mutations_change_the_mechanism_they_name():
+    amp = {m.name: parse(m.source) for m in _generated("amp-no-scaler")[0]}
+    static = amp["static-loss-scale"]
+    assert not calls(static, "scaler.step", "scaler.update", "scaler.scale", "scaler.unscale_")
+    assert calls(static, "optimizer.step")
+    clip = amp["clip-before-unscale"]
+    body = next(n.body for n in ast.walk(clip) if isinstance(n, ast.For) and calls(n, "scaler.unscale_")
+                and any(isinstance(s, ast.Expr) and is_call(s.value, "scaler.unscale_") for s in n.body))
+    order = [ast.unparse(s) for s in body]
+    assert next(i for i, s in enumerate(order) if "clip_grad_norm_" in s) < next(
+        i for i, s in enumerate(order) if "unscale_" in s)
+    live = parse(_mutant("periodic-stall", "live-snapshot").source)
+    assert not any(k.arg == "copy" for c in calls(live, ".to") for k in c.keywords)
+
+
+BROKEN = """\
+import torch.distributed as dist
+
+
+def main():
+    total = 0
+    for epoch in range(3):
+        total = total + epoch
+        print(total)
+"""
+
+FIXED = """\
+import torch.distributed as dist
+
+SCALE = 2
+
+
+def main():
+    total = 0
+    for epoch in range(3):
+        total = total + epoch * SCALE
+        dist.barrier()
+        print(total)
+"""
+
+
+def test_reverting_a_hunk_takes_in_the_hunks_it_cannot_run_without():
+    fix = Fix(BROKEN, FIXED)
+    assert len(fix.hunks) == 2
+    groups = {h.index: [k.index for k in g] for h, g in revert_groups(fix)}
+    assert groups == {1: [1, 2], 2: [2]}  # SCALE's definition goes only with its use
+    reverted = fix.revert([fix.hunks[1]])
+    assert "epoch * SCALE" not in reverted and "dist.barrier" not in reverted and "SCALE = 2" in reverted
+
+
+def test_the_guarded_families_put_the_fix_on_one_branch_and_the_bug_on_the_other():
+    made, _ = generate(Fix(BROKEN, FIXED))
+    names = {m.name: m for m in made}
+    rank0 = parse(names["rank0-only-hunk-2"].source)
+    guard = next(n for n in ast.walk(rank0) if isinstance(n, ast.If))
+    assert "SCALE" in ast.unparse(guard.body[0]) and "SCALE" not in ast.unparse(guard.orelse[0])
+    first = parse(names["first-epoch-only-hunk-2"].source)
+    assert any(isinstance(n, ast.If) and ast.unparse(n.test) == "epoch == 0" for n in ast.walk(first))
+    drop = parse(names["drop-line-10"].source)
+    assert not calls(drop, "dist.barrier")
+
+
+@pytest.mark.parametrize("source, says", [
+    ("def main(:\n", "does not parse"),
+    (FIXED + "\n# a comment\n", "the same program as the reference"),
+    (FIXED.replace("SCALE = 2\n", ""), "leaves SCALE undefined"),
+])
+def test_a_mutant_that_is_no_partial_fix_is_left_out_with_why(source, says):
+    assert says in problem(source, Fix(BROKEN, FIXED))
