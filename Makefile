@@ -12,7 +12,7 @@ TORCH_PIP_ARGS ?=
 PY          := $(VENV)/bin/python
 TW          := $(VENV)/bin/trainwreck
 
-.PHONY: setup native bubblewrap browser demo test test-fast lint docs docs-check verify variants variants-ci ci bench clean adversarial
+.PHONY: setup native bubblewrap browser demo test test-fast lint docs docs-check verify variants variants-ci validity validity-ci ci bench clean adversarial
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv --system-site-packages $(VENV)
@@ -76,7 +76,21 @@ variants: setup
 variants-ci: setup
 	$(TW) verify --variants --ci
 
-ci: lint docs-check test verify variants-ci
+# The generated validity suite (tests/validity/README.md): every semantics-preserving rewrite of each reference
+# fix must pass, every property-breaking mutation must fail for the reason its config names. validity grades all
+# of it (hours on a 2-core machine; VALIDITY="sampler-replay memory-leak" for some exercises) and publishes the
+# run into docs/validity.json and docs/validity.md, whatever it found. validity-ci is CI's tier (ci = true).
+VALIDITY ?=
+VALIDITY_OUT ?= .trainwreck/validity/last
+validity: setup
+	rm -rf $(VALIDITY_OUT)
+	$(TW) verify --validity $(VALIDITY) --out $(VALIDITY_OUT); rc=$$?; \
+		$(PY) -m grader.validity.table merge $(VALIDITY_OUT)/validity.json && exit $$rc
+
+validity-ci: setup
+	$(TW) verify --validity --ci
+
+ci: lint docs-check test verify variants-ci validity-ci
 
 bench: setup
 	$(PY) benchmarks/harness_overhead.py
