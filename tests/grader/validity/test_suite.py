@@ -127,3 +127,12 @@ def test_list_prints_the_cases_without_grading(capsys):
 def test_validity_flags_used_wrongly_are_one_line(capsys, args, says):
     code, _, err = _cli(capsys, *args)
     assert code == 2 and says in err
+
+
+def test_the_readme_names_every_rewrite_and_mutation_family():
+    from grader.validity.mutations import MUTATIONS
+    from grader.validity.rewrites import REWRITES
+
+    text = (REPO / "tests" / "validity" / "README.md").read_text()
+    missing = [x.name for x in [*REWRITES, *MUTATIONS] if f"| `{x.name}` |" not in text]
+    assert not missing, f"tests/validity/README.md does not describe {missing}"
