@@ -4,7 +4,7 @@ name, an added import, and the anchors every exercise script has (``main``, the 
 optimizer step, the checkpoint dicts, the DDP wrapper).
 
 Everything here reads a tree; nothing changes one except ``add_import``, ``insert_module_defs`` and
-``replace_stmts``, which the caller applies to its own copy."""
+``strip_docstrings``, which the caller applies to its own copy."""
 
 from __future__ import annotations
 
@@ -93,26 +93,8 @@ def locate(tree: ast.AST, stmt: ast.stmt) -> tuple[Body, int] | None:
     return None
 
 
-def enclosing_stmt(tree: ast.AST, node: ast.AST) -> tuple[Body, int] | None:
-    """The statement list and index of the statement (directly in some body) that contains ``node``."""
-    for body in bodies(tree):
-        for i, s in enumerate(body):
-            if any(n is node for n in ast.walk(s)):
-                inner = [b for b in bodies(s) if any(any(n is node for n in ast.walk(x)) for x in b)]
-                if not inner:
-                    return body, i
-    return None
 
 
-def innermost(tree: ast.AST, node: ast.AST) -> tuple[Body, int] | None:
-    """The deepest statement list holding a statement that contains ``node``."""
-    best = None
-    for body in bodies(tree):
-        for i, s in enumerate(body):
-            if any(n is node for n in ast.walk(s)):
-                if best is None or any(s is m for m in ast.walk(best[0][best[1]])):
-                    best = (body, i)
-    return best
 
 
 def stored(node: ast.AST) -> set[str]:
@@ -205,8 +187,6 @@ def insert_module_defs(tree: ast.Module, stmts: Body) -> None:
     tree.body[at:at] = stmts
 
 
-def replace_stmts(body: Body, start: int, stop: int, new: Body) -> None:
-    body[start:stop] = new or [ast.Pass()]
 
 
 def is_constant_name(name: str) -> bool:
@@ -325,8 +305,3 @@ def program_key(source: str) -> str:
     """What a script does, as text: its tree without docstrings (two scripts that differ only in
     comments, docstrings or layout have the same key)."""
     return ast.dump(strip_docstrings(parse(source)))
-
-
-def same_program(a: ast.Module, b: ast.Module) -> bool:
-    """The same code, docstrings aside."""
-    return program_key(ast.unparse(a)) == program_key(ast.unparse(b))
