@@ -74,7 +74,7 @@ def _edit(path: Path, old: str, new: str) -> None:
     ('must_fail = ["sample_partition"]\nsays = "same order"', 'must_fail = ["memory_flat"]\nsays = "x"',
      "must_fail: 'memory_flat' is not a check of sampler-replay's manifest"),
     ("[skip_rewrites]\n", '[skip_rewrites]\nwrap-modle = "a typo of a rewrite name"\n', "skip_rewrites.wrap-modle"),
-    ('ci = true\n', 'ci = true\nskip = true\n', "a skipped mutant has no verdict"),
+    ("[mutations.revert-hunk-5]\n", "[mutations.revert-hunk-5]\nskip = true\n", "a skipped mutant has no verdict"),
     ('says = "same order"\n', "", "must name the check that must fail"),
     ("format_version = 1", "format_version = 2", "format_version 2 is not 1"),
 ])
