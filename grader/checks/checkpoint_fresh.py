@@ -262,10 +262,10 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
         min_bytes = int(spec.min_size_of_reference * ref_bytes)
         evidence["min_bytes"] = min_bytes
     final_ckpt = final_checkpoint(ev, spec.path, spec.require)
-    held_opt = contents.find(final_ckpt.content, contents.looks_like_optimizer) if final_ckpt.content else None
-    stateless = held_opt is not None and contents.hollow_optimizer(
-        dict(contents.walk(final_ckpt.content))[held_opt]) is None and not any(
-        hasattr(v, "shape") for _, v in contents.walk(dict(contents.walk(final_ckpt.content))[held_opt].get("state", {})))
+    # whether the run's optimizer keeps per-parameter tensors, from the final checkpoint as loaded
+    # (whatever its verdict): SGD without momentum keeps none, and then no save can show any
+    moments = contents.optimizer_moments(final_ckpt.content) if final_ckpt.content is not None else None
+    stateless = moments is not None and not moments and contents.first_hollow(final_ckpt.content) is None
     holdings = _Holdings(spec, ev, len(final), min_bytes, optimizer_tensors=not stateless)
     work = (Path(ev.run_dir) / "work").resolve()
     store = store_objects(ev)

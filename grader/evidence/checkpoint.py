@@ -24,7 +24,7 @@ class FinalCheckpoint:
     ok: bool
     message: str
     evidence: dict[str, Any] = field(default_factory=dict)
-    content: Any = None  # the loaded checkpoint, when it loaded
+    content: Any = None  # the loaded checkpoint, whenever it loaded (also when it is not the final state)
 
 
 def writers_of(ev, path: Path) -> list[int]:
@@ -93,17 +93,17 @@ def final_checkpoint(ev, rel_path: str, require: list[str] = (), single_writer: 
     if single_writer and len(writers) > 1:
         return FinalCheckpoint(False, f"ranks {' and '.join(map(str, writers))} all wrote {rel_path} "
                                "(from the save trace): which one's bytes it holds depends on who finished last",
-                               evidence)
+                               evidence, ckpt)
     if ev.status != "ok":
         return FinalCheckpoint(False, f"the checkpoint loads, but {ev.describe()} did not complete, so it "
-                               "cannot hold the final parameters", evidence)
+                               "cannot hold the final parameters", evidence, ckpt)
     if final is None:
-        return FinalCheckpoint(False, "rank 0 left no final parameters to compare the checkpoint with", evidence)
+        return FinalCheckpoint(False, "rank 0 left no final parameters to compare the checkpoint with", evidence, ckpt)
     states = contents.model_states(ckpt, final)
     if not states:
         return FinalCheckpoint(False, f"the checkpoint at {rel_path} holds no model state with the structure of "
                                f"the model the run trained ({len(final)} tensors; it holds "
-                               f"{contents.summary(ckpt)})", evidence)
+                               f"{contents.summary(ckpt)})", evidence, ckpt)
     best = None
     for where, state in states:  # the model may be saved twice (an EMA copy, a "best" copy): any one
         cmp = compare(state, final, rtol, atol, equal_nan=True)  # a NaN state saved as it is, is the state
@@ -115,10 +115,11 @@ def final_checkpoint(ev, rel_path: str, require: list[str] = (), single_writer: 
     evidence.update(cmp, model_at=where or "(top level)")
     if not cmp["close"]:
         return FinalCheckpoint(False, f"the checkpoint at {rel_path} is not the final model: largest difference "
-                               f"{cmp.get('max_abs_diff', float('nan')):.3g} in {cmp.get('worst_param')}", evidence)
+                               f"{cmp.get('max_abs_diff', float('nan')):.3g} in {cmp.get('worst_param')}",
+                               evidence, ckpt)
     lacks = contents.missing_state(ckpt, [k for k in require if k != "model"], final, _written_at(ev, path))
     if lacks:
         return FinalCheckpoint(False, f"the checkpoint at {rel_path} holds no {' and no '.join(lacks)} "
-                               f"(it holds {contents.summary(ckpt)})", evidence)
+                               f"(it holds {contents.summary(ckpt)})", evidence, ckpt)
     return FinalCheckpoint(True, f"the checkpoint at {rel_path} loads and holds the final parameters", evidence,
                            ckpt)
