@@ -93,8 +93,8 @@ def test_a_restart_that_retrains_from_scratch_unseen_fails_workload_intact(tmp_p
     res, c = graded(tmp_path, "sampler-replay", text[:start] + RETRAIN + "\n" + text[end:])
     assert not res.passed
     msg = c["workload_intact"].message
-    assert "backward passes for optimizer step 1 of attempt 1 in the resume run" in msg and \
-           "the workload runs 1 per optimizer step: training the optimizer step hook never saw" in msg, msg
+    assert "samples at optimizer step 1 of attempt 1 in the resume run" in msg and \
+           "training the optimizer step hook never saw" in msg, msg
 
 
 # -- item 3: memory from a signal a process cannot cheaply offset ---------------------------------
