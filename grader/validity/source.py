@@ -302,6 +302,13 @@ def strip_docstrings(tree: ast.Module) -> ast.Module:
 
 
 def program_key(source: str) -> str:
-    """What a script does, as text: its tree without docstrings (two scripts that differ only in
-    comments, docstrings or layout have the same key)."""
-    return ast.dump(strip_docstrings(parse(source)))
+    """What a script does, as text: its tree without docstrings and without the annotations of its
+    functions (two scripts that differ only in comments, docstrings, type hints or layout have the
+    same key)."""
+    tree = strip_docstrings(parse(source))
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            n.returns = None
+            for a in [*n.args.posonlyargs, *n.args.args, *n.args.kwonlyargs]:
+                a.annotation = None
+    return ast.dump(tree)

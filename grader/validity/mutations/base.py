@@ -101,7 +101,7 @@ def problem(source: str, fix: Fix) -> str | None:
     except SyntaxError as e:
         return f"does not parse ({e.msg}, line {e.lineno})"
     if program_key(source) == fix.ref_key:
-        return "the same program as the reference (comments or docstrings only)"
+        return "the same program as the reference (comments, docstrings or type hints only)"
     gone = sorted(undefined(tree))
     if gone:
         return f"leaves {', '.join(gone)} undefined: a NameError, not a partial fix"

@@ -117,6 +117,7 @@ def test_the_guarded_families_put_the_fix_on_one_branch_and_the_bug_on_the_other
 @pytest.mark.parametrize("source, says", [
     ("def main(:\n", "does not parse"),
     (FIXED + "\n# a comment\n", "the same program as the reference"),
+    (FIXED.replace("def main():", "def main() -> None:"), "the same program as the reference"),
     (FIXED.replace("SCALE = 2\n", ""), "leaves SCALE undefined"),
 ])
 def test_a_mutant_that_is_no_partial_fix_is_left_out_with_why(source, says):
