@@ -104,6 +104,9 @@ UNSANDBOXED = {"prints PASSED and forges records over the broken script", "forge
                "overwrites the harness's final parameters at exit"}
 
 
+# A rank that waits outside every collective is a straggler now (issue 30), ended at the run's own
+# time limit (180 s) rather than the hang timeout: a grading of such a case may take that long.
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("case", list(CASES))
 def test_gaming_does_not_pass(tmp_path, case):
     script, extra, must_fail = CASES[case]
