@@ -73,8 +73,10 @@ FIRST, SECOND, SPLIT = range(8), range(8, 16), range(16)
     # on every rank (their ``s`` is 0); the parent received them at once
     ([(0, 0, SPLIT, 0.3), (1, 0, SPLIT, 0.35)], True, "files as shipped"),
     ([(0, 0, SPLIT, 0.3)], True, "files as shipped"),  # ... on rank 0 alone
-    # ranks take turns: rank 0 scores the batch at step 8, rank 1 the same batch at step 16
-    ([(0, 7, FIRST, 7.5), (1, 15, FIRST, 15.5)], True, "files as shipped"),
+    # ranks take turns: rank 0 scores the batch at step 4, rank 1 the same batch at step 16
+    ([(0, 3, FIRST, 3.5), (1, 15, FIRST, 15.5)], True, "files as shipped"),
+    # ... within EVAL_WINDOW_STEPS of each other: one evaluation (what a rank's late worker looks like)
+    ([(0, 7, FIRST, 7.5), (1, 11, FIRST, 11.5)], False, "as many as 1 evaluations of 8"),
     # workers of a loader that is not persistent, forked at step 8: the batch of step 8 and the next
     ([(0, 7, FIRST, 7.5), (0, 7, SECOND, 7.6), (1, 7, FIRST, 7.7), (1, 7, SECOND, 8.2)], True, "files as shipped"),
     # shrunk: one evaluation instead of two
