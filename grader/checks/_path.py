@@ -121,3 +121,20 @@ def _left(where: str, rank: int, miss: dict[str, Any], against: str) -> str:
            "of that run's)"
 
 
+
+
+def judge_role(ctx, name: str, role: str, main: RunEvidence, ref: dict[int, float], spec,
+               evidence: dict[str, Any], against: str = "the reference run"):
+    """One run of a grading followed along ``ref``: the run's evidence when its path is sound, else
+    the CheckResult that says why not (a run missing, recorded without fingerprints, off the path)."""
+    from grader.checks.base import CheckResult, need
+
+    ev = main if role == "main" else need(ctx, name, role, ok_only=False)
+    if isinstance(ev, CheckResult):
+        return ev
+    if not any(step_fingerprints(ev, r) for r in ev.ranks):
+        return CheckResult(name, False, f"the {role} run was not recorded with parameter fingerprints",
+                           evidence, environment=True)
+    info = evidence["runs"][str(role)] = {}
+    problem = judge_run(str(role), ev, ref, spec, info, against)
+    return CheckResult(name, False, problem, evidence) if problem else ev

@@ -57,15 +57,12 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     evidence, ckpt = found.evidence, found.content
     if not found.ok:
         return CheckResult(name, False, found.message, evidence)
+    theirs = None
+    if spec.reference_values or spec.optimizer_against_reference:
+        theirs = _reference_checkpoint(spec, ctx, evidence)
+        if isinstance(theirs, CheckResult):
+            return theirs
     if spec.reference_values:
-        ref = need(ctx, name, "reference")
-        if isinstance(ref, CheckResult):
-            return ref
-        try:
-            theirs = load_checkpoint(Path(ref.run_dir) / "work" / spec.path, Path(ref.run_dir) / "work")
-        except LayoutError as e:
-            return CheckResult(name, False, f"the reference run's checkpoint does not load: {e}", evidence,
-                               environment=True)
         compared = evidence.setdefault("reference_comparison", {})
         for k in spec.reference_values:
             want = contents.numbers({k: theirs.get(k)} if isinstance(theirs, dict) else {}, 1).get(k)
@@ -83,7 +80,7 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
                 return CheckResult(name, False, f"the checkpoint holds no value equal to the reference run's {k} "
                                    f"(within {VALUE_RTOL:g} relative), under any key: it holds {listing}", evidence)
     if spec.optimizer_against_reference:
-        problem = _optimizer_against_reference(spec, ctx, ckpt, evidence)
+        problem = _optimizer_against_reference(spec, theirs, ckpt, evidence)
         if problem is not None:
             return problem
     said = [*spec.reference_values, *(["the optimizer's state"] if spec.optimizer_against_reference else [])]
@@ -92,16 +89,20 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
                        evidence)
 
 
-def _optimizer_against_reference(spec: Spec, ctx: Context, ckpt, evidence) -> CheckResult | None:
-    name = "checkpoint_valid"
-    ref = need(ctx, name, "reference")
+def _reference_checkpoint(spec: Spec, ctx: Context, evidence):
+    """The reference run's checkpoint at the same path, loaded once, or why it cannot be judged."""
+    ref = need(ctx, "checkpoint_valid", "reference")
     if isinstance(ref, CheckResult):
         return ref
     try:
-        theirs = load_checkpoint(Path(ref.run_dir) / "work" / spec.path, Path(ref.run_dir) / "work")
+        return load_checkpoint(Path(ref.run_dir) / "work" / spec.path, Path(ref.run_dir) / "work")
     except LayoutError as e:
-        return CheckResult(name, False, f"the reference run's checkpoint does not load: {e}", evidence,
+        return CheckResult("checkpoint_valid", False, f"the reference run's checkpoint does not load: {e}", evidence,
                            environment=True)
+
+
+def _optimizer_against_reference(spec: Spec, theirs, ckpt, evidence) -> CheckResult | None:
+    name = "checkpoint_valid"
     want, mine = contents.optimizer_moments(theirs), contents.optimizer_moments(ckpt)
     if not want:
         return CheckResult(name, False, "the reference run's checkpoint holds no optimizer state", evidence,

@@ -17,9 +17,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from grader.checks._path import fingerprinted_main, judge_run, path_of
-from grader.checks.base import Check, CheckResult, CheckSpec, Context, agreed_params, need, need_trained
-from grader.evidence.fingerprints import step_fingerprints
+from grader.checks._path import fingerprinted_main, judge_role, path_of
+from grader.checks.base import Check, CheckResult, CheckSpec, Context, agreed_params, need_trained
 from grader.evidence.params import compare
 from grader.roles import RESTARTED, Role
 
@@ -59,16 +58,10 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     evidence: dict[str, Any] = {"rtol": spec.rtol, "atol": spec.atol, "own_steps": max(own),
                                 "checkpoint_interval": spec.checkpoint_interval, "runs": {}}
     for role in [Role.MAIN, *restarted]:
-        ev = main if role == Role.MAIN else need(ctx, name, role, ok_only=False)
+        ev = judge_role(ctx, name, role, main, own, spec, evidence, against=OWN)
         if isinstance(ev, CheckResult):
             return ev
-        if not any(step_fingerprints(ev, r) for r in ev.ranks):
-            return CheckResult(name, False, f"the {role} run was not recorded with parameter fingerprints",
-                               evidence, environment=True)
-        info = evidence["runs"][str(role)] = {}
-        problem = judge_run(str(role), ev, own, spec, info, against=OWN)
-        if problem:
-            return CheckResult(name, False, problem, evidence)
+        info = evidence["runs"][str(role)]
         if role == Role.MAIN:
             continue
         if ev.status != "ok":

@@ -21,9 +21,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from grader.checks._path import fingerprinted_main, judge_run, path_of
+from grader.checks._path import fingerprinted_main, judge_role, path_of
 from grader.checks.base import Check, CheckResult, CheckSpec, Context, need, need_trained
-from grader.evidence.fingerprints import step_fingerprints
 from grader.roles import RESTARTED, Role
 
 
@@ -57,18 +56,9 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
                                 "checkpoint_interval": spec.checkpoint_interval, "runs": {}}
     judged = [Role.MAIN] + [r for r in RESTARTED if r in ctx.runs]
     for role in judged:
-        ev = ctx.runs[role] if role != Role.MAIN else main
-        if role != Role.MAIN:
-            ev = need(ctx, name, role, ok_only=False)
-            if isinstance(ev, CheckResult):
-                return ev
-        if not any(step_fingerprints(ev, r) for r in ev.ranks):
-            return CheckResult(name, False, f"the {role} run was not recorded with parameter fingerprints",
-                               evidence, environment=True)
-        info = evidence["runs"][str(role)] = {}
-        problem = judge_run(str(role), ev, ref, spec, info)
-        if problem:
-            return CheckResult(name, False, problem, evidence)
+        ev = judge_role(ctx, name, role, main, ref, spec, evidence)
+        if isinstance(ev, CheckResult):
+            return ev
     worst = max((v.get("largest_relative_difference", 0.0) for run in evidence["runs"].values()
                  for v in run.values()), default=0.0)
     restarts = [str(r) for r in judged if r != Role.MAIN]
