@@ -14,9 +14,33 @@ constant loss scale, or none, applies it and the weights become NaN. Only in a r
 from __future__ import annotations
 
 import functools
+import os
+import signal
 import threading
+from typing import NoReturn
 
 OVERFLOW_ENV = "TRAINWRECK_OVERFLOW_AT"
+
+_rank_pid: int | None = None  # the rank's own process, set when its kill faults are installed
+
+
+def mark_rank() -> None:
+    global _rank_pid
+    _rank_pid = os.getpid()
+
+
+def die() -> NoReturn:
+    """SIGKILL the rank from whichever of its processes the fault fired in. A checkpoint writer the
+    script forked (it inherits the fault) takes the rank down with it, as a lost machine does: the
+    writer alone dying would leave a rank that notices at its next checkpoint, if ever."""
+    me = os.getpid()
+    if _rank_pid is not None and _rank_pid != me:
+        try:
+            os.kill(_rank_pid, signal.SIGKILL)
+        except OSError:
+            pass
+    os.kill(me, signal.SIGKILL)
+    raise SystemExit(137)  # not reached: SIGKILL cannot be caught
 
 
 def install_overflow(rec, at: str) -> None:

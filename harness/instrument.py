@@ -19,7 +19,6 @@ import json
 import math
 import os
 import runpy
-import signal
 import sys
 import threading
 import time
@@ -34,7 +33,7 @@ import torch
 import torch.distributed as dist
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from harness import channel, collectives, faults, memstats, rundir, saves, work
+from harness import channel, collectives, faults, memstats, rawwrites, rundir, saves, work
 
 _recorder: Recorder | None = None
 
@@ -540,11 +539,12 @@ def _install_backward(rec: Recorder) -> None:
     torch.autograd.backward = wrap(torch.autograd.backward, autograd_roots)
 
 
-def _install_faults(rec: Recorder, faults: list[dict[str, Any]]) -> None:
+def _install_faults(rec: Recorder, planned: list[dict[str, Any]]) -> None:
     """Kill this rank at a chosen point, so restarts and resumes are graded on a real crash."""
-    mine = [f for f in faults if f["rank"] == rec.rank and f["attempt"] == rec.attempt]
+    mine = [f for f in planned if f["rank"] == rec.rank and f["attempt"] == rec.attempt]
     if not mine:
         return
+    faults.mark_rank()
     at_step = [f["step"] for f in mine if f["when"] == "step"]
     at_save = [f["step"] for f in mine if f["when"] == "save"]
     if at_step:
@@ -555,7 +555,7 @@ def _install_faults(rec: Recorder, faults: list[dict[str, Any]]) -> None:
             if rec.step in at_step:
                 rec.event("fault", what="sigkill", step=rec.step)
                 _flush_trace(rec)
-                os.kill(os.getpid(), signal.SIGKILL)
+                faults.die()
 
         rec.on_step = on_step
     if at_save:
@@ -572,22 +572,23 @@ def _install_faults(rec: Recorder, faults: list[dict[str, Any]]) -> None:
             buf = io.BytesIO()
             orig_save(obj, buf, *args, **kwargs)
             data = buf.getvalue()
-            out = open(f, "wb") if isinstance(f, (str, os.PathLike)) else f
-            out.write(data[: len(data) // 2])  # half the bytes reach the disk, then the process dies
-            out.flush()
-            os.fsync(out.fileno())
+            with rawwrites.inside():  # this write is the traced save's own
+                out = open(f, "wb") if isinstance(f, (str, os.PathLike)) else f
+                out.write(data[: len(data) // 2])  # half the bytes reach the disk, then the rank dies
+                out.flush()
+                os.fsync(out.fileno())
             rec.event("fault", what="sigkill_during_save", step=rec.step, path=path)
             _flush_trace(rec)
-            os.kill(os.getpid(), signal.SIGKILL)
+            faults.die()
 
         torch.save = torn_save
 
-        def dcp_torn(path: str) -> None:
+        def torn(path: str) -> None:  # a DCP file or a binary file written with open(): the tear's record
             rec.event("fault", what="sigkill_during_save", step=rec.step, path=path)
             _flush_trace(rec)
 
         # the same for the files torch.distributed.checkpoint writes (harness.saves traces them)
-        saves.arm_tear(min(at_save), lambda: rec.step, dcp_torn)
+        saves.arm_tear(min(at_save), lambda: rec.step, torn)
 
 
 def _flush_trace(rec: Recorder) -> None:

@@ -1,6 +1,7 @@
 """The checkpoint-write trace: every ``torch.save`` to a file, every ``os.replace`` / ``os.rename``
 (of a file or a whole directory) and every ``shutil.copyfile`` a rank makes, every file
-``torch.distributed.checkpoint`` (DCP) writes or reads through its file-system storage, and every
+``torch.distributed.checkpoint`` (DCP) writes or reads through its file-system storage, every
+binary file in the working directory it writes through ``open()`` (``harness.rawwrites``), and every
 upload to the kit's artifact store, with the thread, the optimizer step and the time, so the grader
 can tell from outside the script who wrote which file, whether a write was atomic (written aside,
 then renamed into place), how long the step loop waited for it, and which checkpoint was complete
@@ -9,7 +10,8 @@ on disk at any moment. Every ``torch.load`` of a file (and every file DCP reads)
 unless asked for them.
 
 Operations (``op``): ``save`` (``torch.save`` to a file), ``rename`` (``dir: true`` when a whole
-directory moved), ``copy``, ``write`` (one file DCP's writer wrote, open to close), ``commit``
+directory moved), ``copy``, ``write`` (one file DCP's writer wrote, open to close), ``bytes`` (a binary file written
+through ``open()``, from its first write to its close; what it holds is not fingerprinted), ``commit``
 (DCP's coordinator finishing a checkpoint: ``path`` is its directory, ``files`` the files its
 ``.metadata`` lists, ``keys`` the state dict's top-level keys), ``load``, ``upload`` (an
 ``ArtifactStore.upload``: ``src`` the file sent, ``path`` the object, the store service's receipt
@@ -27,7 +29,7 @@ records the same for the tensors it put in its file, by their DCP names (``model
 the same paths). The grader matches them against the per-step fingerprints to tell which step's
 state a file holds, whatever step the script was at when it wrote it.
 
-Not traced: writes that bypass these functions (``open().write`` of raw bytes, ``safetensors``,
+Not traced: writes that bypass these functions (``os.write``, ``os.fdopen``, ``safetensors``,
 DCP storage other than its file system writer and reader, ``async_save`` with a separate
 checkpoint process), and deletions; a check that depends on the trace says so.
 """
@@ -46,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import channel, rundir
+from harness import channel, faults, rawwrites, rundir
 
 _lock = threading.Lock()
 _seq = 0
@@ -123,7 +125,8 @@ class SaveTrace:
         seq = self.begin(op, dst, src, **fields)
         t0 = time.perf_counter()
         try:
-            out = fn()
+            with rawwrites.inside():  # the files it opens are this operation's own
+                out = fn()
         except BaseException as e:
             self.error(seq, op, t0, e)
             raise
@@ -281,6 +284,12 @@ def install(run_dir: Path, rank: int, key: str, attempt: int, step: Callable[[],
     torch.load = load
     torch.serialization.load = load
     _install_dcp(trace, lambda p: p is not None and not p.startswith(own), fingerprints)
+
+    def armed() -> _Tear | None:
+        t = _tear
+        return t if t is not None and t.step() >= t.at_step else None
+
+    rawwrites.install(trace, traced_path, os.getcwd(), armed)
     return trace
 
 
@@ -425,8 +434,6 @@ class _KeptBuffer:
 
 def _tear_file(orig_stream, fs, path, mode, p: str, data: bytes, tear: _Tear) -> None:
     """Write half of ``data`` to the file, record the fault, and die."""
-    import signal
-
     global _tear
     _tear = None
     with orig_stream(fs, path, mode) as real:
@@ -434,7 +441,7 @@ def _tear_file(orig_stream, fs, path, mode, p: str, data: bytes, tear: _Tear) ->
         real.flush()
         os.fsync(real.fileno())
     tear.killed(p)
-    os.kill(os.getpid(), signal.SIGKILL)
+    faults.die()
 
 
 # -- reading --------------------------------------------------------------------------------------
@@ -446,7 +453,7 @@ class FileOp:
     rank: int
     attempt: int
     seq: int
-    op: str  # save | rename | copy | write | commit | load | upload
+    op: str  # save | rename | copy | write | bytes | commit | load | upload
     path: str | None  # the destination (for a load: the file read; for a commit: the checkpoint's folder)
     src: str | None
     step: int  # optimizer steps done in this attempt when it began
@@ -500,8 +507,8 @@ class FileState:
         return self.timeline[i - 1][1] if i else None
 
 
-WRITES = ("save", "rename", "copy", "write")
-_CONTENT = ("save", "copy", "write")  # writes that put bytes into their path themselves
+WRITES = ("save", "rename", "copy", "write", "bytes")
+_CONTENT = ("save", "copy", "write", "bytes")  # writes that put bytes into their path themselves
 
 
 def file_ops(records_by_rank: dict[int, list[dict[str, Any]]],

@@ -217,14 +217,17 @@ def _files(role: str, ev: RunEvidence, read: set[str], spec, expected, problems:
     return out
 
 
-def _writers(role: str, ev: RunEvidence, problems: Problems) -> dict[str, list[int]]:
+def _writers(role: str, ev: RunEvidence, read: set[str], problems: Problems) -> dict[str, list[int]]:
     work = _work(ev)
     shared: dict[str, list[int]] = {}
     first_seen = None
+    ckpts = set(checkpoint_units(ev, read))
     for path, st in sorted(ev.file_history.items()):
         if len(st.writers) < 2:
             continue
         rel = _rel(path, work)
+        if rel not in ckpts and all(o.op == "bytes" for o in ev.file_ops if o.path == path):
+            continue  # a binary file of the script's own that nothing publishes or reads: not a checkpoint
         shared[rel] = sorted(st.writers)
         if first_seen is None:
             first: dict[int, FileOp] = {}
@@ -252,7 +255,7 @@ def _in_place(role: str, ev: RunEvidence, read: set[str], problems: Problems) ->
     units = checkpoint_units(ev, read)
     files = {r for r, u in units.items() if u.kind == "file"}
     found = []
-    writes = [o for o in ev.file_ops if o.op in ("save", "copy") and o.path]
+    writes = [o for o in ev.file_ops if o.op in ("save", "copy", "bytes") and o.path]
     torn = [o for o in writes if o.t_end is None and _rel(o.path, work) in files]
     direct = [o for o in writes if o.t_end is not None and _rel(o.path, work) in read and _rel(o.path, work) in files]
     for o in torn + direct[:1]:
@@ -294,7 +297,8 @@ def _in_place(role: str, ev: RunEvidence, read: set[str], problems: Problems) ->
 
 
 def _call(o: FileOp) -> str:
-    return {"save": "torch.save", "copy": "file copy", "write": "DCP write", "rename": "rename"}.get(o.op, o.op)
+    return {"save": "torch.save", "copy": "file copy", "write": "DCP write", "rename": "rename",
+            "bytes": "a binary write with open()"}.get(o.op, o.op)
 
 
 def _restart(role: str, ev: RunEvidence, read: set[str], problems: Problems) -> dict[str, Any]:
@@ -371,7 +375,7 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
         e = evidence["runs"][role] = {}
         if role in RESTARTS:
             e["restart"] = _restart(role, ev, read, problems)
-        e["shared_files"] = _writers(role, ev, problems)
+        e["shared_files"] = _writers(role, ev, read, problems)
         e["written_in_place"] = _in_place(role, ev, read, problems)
         e["files"] = _files(role, ev, read, spec, expected, problems, _Loaded(ev))
     if problems:

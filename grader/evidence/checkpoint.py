@@ -55,7 +55,7 @@ def _written_at(ev, path: Path) -> list[int] | None:
     its last traced write (a save, or the rename or copy that published it) began, or one more (a
     script may store the index of the next step instead); None when no write was traced."""
     p = str(Path(path).resolve())
-    ops = [o for o in ev.file_ops if o.path == p and o.completed and o.op in ("save", "rename", "copy", "write")]
+    ops = [o for o in ev.file_ops if o.path == p and o.completed and o.op in ("save", "rename", "copy", "write", "bytes")]
     if not ops:
         return None
     step = max(ops, key=lambda o: o.t_begin).step
