@@ -85,17 +85,30 @@ def judge_run(role: str, ev: RunEvidence, ref: dict[int, float], spec, info: dic
             return (f"after the restart in the {role} run, rank {r} began from parameters {against} never "
                     "had (not the initial ones, nor those after any step)")
         lost = killed_after - c
-        if spec.checkpoint_interval is not None and lost > spec.checkpoint_interval:
+        # A kill during a checkpoint write loses that checkpoint too: what counts is the state the
+        # torn write was saving, which an asynchronous writer began steps before the kill.
+        torn = _torn_step(ev)
+        in_flight = max(0, killed_after - torn) if torn is not None else 0
+        info[r]["torn_write_step"] = torn
+        if spec.checkpoint_interval is not None and lost > spec.checkpoint_interval + in_flight:
             began = "the initial parameters" if c == 0 else f"the parameters of step {c}"
+            flight = (f", and the {in_flight} steps made while the torn write of step {torn}'s state was in flight"
+                      if in_flight else "")
             return (f"after the restart in the {role} run, rank {r} began from {began}: {lost} steps of work were "
                     f"lost (the kill came after step {killed_after}), where a job that checkpoints every "
-                    f"{spec.checkpoint_interval} steps loses at most {spec.checkpoint_interval}")
+                    f"{spec.checkpoint_interval} steps loses at most {spec.checkpoint_interval}{flight}")
         resumed = [(s, fp) for s, fp in paths[1] if s > 0]
         miss = _follow(resumed, ref, c, spec)
         info[r]["restart_steps_compared"] = len(resumed)
         if miss:
             return _left(f"{role} run's restart", r, miss, against)
     return None
+
+
+def _torn_step(ev: RunEvidence) -> int | None:
+    """The step of the earliest write a kill tore in the run's first attempt (any rank), if any."""
+    steps = [o.step for o in ev.file_ops if o.attempt == 0 and o.t_end is None and o.op != "rename"]
+    return min(steps) if steps else None
 
 
 def _unobserved(role: str, rank: int, c: dict[str, Any]) -> str:

@@ -1,0 +1,23 @@
+"""What a restart may lose: the checkpoint interval, and the steps a torn write was in flight."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from grader.checks._path import _torn_step
+from harness.saves import FileOp
+
+
+def op(step, attempt=0, t_end=None, kind="bytes", rank=0):
+    return FileOp(rank=rank, attempt=attempt, seq=step, op=kind, path=f"/w/c{step}", src=None, step=step,
+                  main=True, t_begin=float(step), t_end=t_end)
+
+
+def test_the_torn_write_is_the_earliest_unfinished_one_of_the_first_attempt():
+    ev = SimpleNamespace(file_ops=[op(40, t_end=41.0), op(48), op(56, rank=1), op(3, attempt=1),
+                                   op(47, kind="rename")])
+    assert _torn_step(ev) == 48  # finished writes, later attempts and renames are not writes torn by the kill
+
+
+def test_no_torn_write():
+    assert _torn_step(SimpleNamespace(file_ops=[op(40, t_end=41.0)])) is None
