@@ -21,7 +21,7 @@ from grader.evidence.steptimes import StepTimes
 from harness.saves import FileOp
 
 MIN_SHARE_OF_LARGEST = 0.5
-BYTE_WRITES = ("save", "copy", "write", "upload")
+BYTE_WRITES = ("save", "copy", "write", "bytes", "upload")
 
 
 @dataclass(frozen=True)
