@@ -3,9 +3,11 @@ attribute each connection to a rank from outside, sign and store it in the run d
 
 The parent holds the run key; no process of the run ever does. What a rank sends is still only
 what the rank *claims* (the script shares the rank's address space and can send records itself),
-so the server adds what only it knows, its own receive time (``rt``) and, for ``boot`` and
-``start``, the rank's real pid outside the sandbox (``pid``; the rank's own view is kept as
-``ns_pid``), and counts everything that looks like tampering: connections from processes that are
+so the server adds what only it knows: its own receive time (``rt``), the attempt the sending
+process is in (``attempt``, or ``a`` where the stream uses that key: from the process's launch
+environment, never from the record; a different claim is kept as ``claimed_attempt``) and, for
+``boot`` and ``start``, the rank's real pid outside the sandbox (``pid``; the rank's own view is kept
+as ``ns_pid``), and counts everything that looks like tampering: connections from processes that are
 no rank, malformed or oversized lines, records for an attempt the process is not in, floods past
 the caps.
 
@@ -366,9 +368,14 @@ class ChannelServer:
         except (ValueError, KeyError, TypeError):
             stats.bad_lines += 1
             return
-        claimed = rec.get("attempt", rec.get("a"))
-        if isinstance(claimed, int) and claimed != c.peer.attempt:
+        # The attempt is the process's, as the parent attributed it, whatever the record says: a
+        # claim of another one (an int, a float, a string) is kept beside it and counted.
+        key = "a" if "a" in rec and "attempt" not in rec else "attempt"
+        claimed = rec.get(key)
+        if claimed is not None and (type(claimed) is not int or claimed != c.peer.attempt):
             stats.attempt_mismatch += 1
+            rec["claimed_attempt"] = claimed
+        rec[key] = c.peer.attempt
         rec["rt"] = round(time.time(), 6)
         if rec.get("kind") in ("boot", "start") and stream == rundir.EVENTS:
             rec["ns_pid"], rec["pid"] = rec.get("pid"), c.pid

@@ -116,6 +116,18 @@ def test_lines_that_are_no_honest_record_are_counted(server, tmp_path, line, cou
     assert kept == [] or counter == "attempt_mismatch"  # a wrong attempt is stored, and flagged
 
 
+@pytest.mark.parametrize("claim", [3, 1.0, "1", True])
+def test_the_attempt_of_a_record_is_the_process_s_not_its_claim(server, tmp_path, claim):
+    srv = server()
+    raw(srv.path, hello() + json.dumps({"s": "events.jsonl", "r": {"kind": "step", "attempt": claim}}).encode()
+        + b"\n" + b'{"s": "saves.jsonl", "r": {"a": 2, "seq": 1, "ph": "begin"}}\n')
+    stats = settle(srv)
+    assert stats["ranks"]["0"]["attempt_mismatch"] == 2
+    ev, sv = stored(tmp_path).valid[0], stored(tmp_path, rundir.SAVES).valid[0]
+    assert ev["attempt"] == 0 and ev["claimed_attempt"] == claim  # the process is in attempt 0
+    assert sv["a"] == 0 and "attempt" not in sv
+
+
 def test_a_connection_ending_inside_a_line_is_torn(server, tmp_path):
     srv = server()
     raw(srv.path, hello() + b'{"s": "events.jsonl", "r": {"kind": "st')
