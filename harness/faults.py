@@ -1,5 +1,6 @@
-"""Faults a proper fix exists to survive, injected for grading (the kill faults are in
-``harness.instrument``, where they were first).
+"""Faults a proper fix exists to survive, injected for grading. The kill faults are marked in the
+rank (``harness.instrument``: the point is reached; ``await_kill``) and performed by the parent
+(``harness.injector``).
 
 ``TRAINWRECK_OVERFLOW_AT=N`` (an exercise's ``[run] overflow_at_step``): the gradients of
 optimizer step N overflow on every rank. When the outermost backward pass of that step's
@@ -14,33 +15,20 @@ constant loss scale, or none, applies it and the weights become NaN. Only in a r
 from __future__ import annotations
 
 import functools
-import os
-import signal
 import threading
+import time
 from typing import NoReturn
 
 OVERFLOW_ENV = "TRAINWRECK_OVERFLOW_AT"
 
-_rank_pid: int | None = None  # the rank's own process, set when its kill faults are installed
 
-
-def mark_rank() -> None:
-    global _rank_pid
-    _rank_pid = os.getpid()
-
-
-def die() -> NoReturn:
-    """SIGKILL the rank from whichever of its processes the fault fired in. A checkpoint writer the
-    script forked (it inherits the fault) takes the rank down with it, as a lost machine does: the
-    writer alone dying would leave a rank that notices at its next checkpoint, if ever."""
-    me = os.getpid()
-    if _rank_pid is not None and _rank_pid != me:
-        try:
-            os.kill(_rank_pid, signal.SIGKILL)
-        except OSError:
-            pass
-    os.kill(me, signal.SIGKILL)
-    raise SystemExit(137)  # not reached: SIGKILL cannot be caught
+def await_kill() -> NoReturn:
+    """Stop here until the parent kills this rank. The caller has sent the fault's record; the
+    parent reads it and SIGKILLs the rank's whole process tree, whichever of its processes (a
+    checkpoint writer the script forked) reached the point (``harness.injector``). Nothing in the
+    rank kills: a script that removes this is killed from outside all the same."""
+    while True:
+        time.sleep(3600)
 
 
 def install_overflow(rec, at: str) -> None:

@@ -540,11 +540,11 @@ def _install_backward(rec: Recorder) -> None:
 
 
 def _install_faults(rec: Recorder, planned: list[dict[str, Any]]) -> None:
-    """Kill this rank at a chosen point, so restarts and resumes are graded on a real crash."""
+    """Mark the chosen point of this rank, where the parent kills it (``harness.injector``), so
+    restarts and resumes are graded on a real crash: a ``fault`` event, then wait."""
     mine = [f for f in planned if f["rank"] == rec.rank and f["attempt"] == rec.attempt]
     if not mine:
         return
-    faults.mark_rank()
     at_step = [f["step"] for f in mine if f["when"] == "step"]
     at_save = [f["step"] for f in mine if f["when"] == "save"]
     if at_step:
@@ -555,7 +555,7 @@ def _install_faults(rec: Recorder, planned: list[dict[str, Any]]) -> None:
             if rec.step in at_step:
                 rec.event("fault", what="sigkill", step=rec.step)
                 _flush_trace(rec)
-                faults.die()
+                faults.await_kill()
 
         rec.on_step = on_step
     if at_save:
@@ -574,12 +574,12 @@ def _install_faults(rec: Recorder, planned: list[dict[str, Any]]) -> None:
             data = buf.getvalue()
             with rawwrites.inside():  # this write is the traced save's own
                 out = open(f, "wb") if isinstance(f, (str, os.PathLike)) else f
-                out.write(data[: len(data) // 2])  # half the bytes reach the disk, then the rank dies
+                out.write(data[: len(data) // 2])  # half the bytes reach the disk, then the rank is killed
                 out.flush()
                 os.fsync(out.fileno())
             rec.event("fault", what="sigkill_during_save", step=rec.step, path=path)
             _flush_trace(rec)
-            faults.die()
+            faults.await_kill()
 
         torch.save = torn_save
 
@@ -592,7 +592,7 @@ def _install_faults(rec: Recorder, planned: list[dict[str, Any]]) -> None:
 
 
 def _flush_trace(rec: Recorder) -> None:
-    """Before a SIGKILL the harness itself sends: the buffered collective records go first."""
+    """Before the parent's SIGKILL: the buffered collective records go first."""
     if rec.tracer is not None:
         rec.tracer.flush()
 

@@ -29,6 +29,7 @@ from harness.channel import CHANNEL_ENV
 from harness.errors import LaunchError
 from harness.failure import find_failure, launcher_exit_codes
 from harness.filewatch import FileWatch
+from harness.injector import FaultInjector
 from harness.isolation import IsolatedRun, IsolationConfig
 from harness.limits import Limits, Violation
 from harness.monitor import Monitor, Snapshot
@@ -51,7 +52,8 @@ OUTSIDE_SAMPLE_S = 0.2
 @dataclass
 class Fault:
     """Kill ``rank`` with SIGKILL in ``attempt``: after optimizer step ``step`` (``when="step"``),
-    or half-way through the first ``torch.save`` at or after that step (``when="save"``)."""
+    or half-way through the first checkpoint write at or after that step (``when="save"``). The
+    rank marks the point; the parent kills its process tree (``harness.injector``)."""
 
     rank: int
     step: int
@@ -285,6 +287,7 @@ def launch(
         raise
     tree = ProcessTree(proc, env_marker=(rundir.RUN_DIR_ENV, str(run_dir)))
     watch = FileWatch(run_dir, key, cwd, cfg.watch) if cfg.watch else None
+    injector = FaultInjector(cfg.faults) if cfg.faults else None
     prev_term = _raise_on_sigterm()
     refreshed = 0.0
     try:
@@ -296,6 +299,8 @@ def launch(
                 tree.refresh()
                 refreshed = time.time()
             snap = monitor.poll()  # after the exit check: the last lines are read even on the final pass
+            if injector is not None:
+                injector.poll(monitor.ranks)
             if watch is not None:
                 watch.poll()
             if on_progress:
@@ -339,7 +344,8 @@ def launch(
             # traps), before _finish reads what the ranks sent.
             summary = iso.close() if iso is not None else None
             result = _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, device, cwd,
-                             violation, summary, gpus, monitor.stalls)
+                             violation, summary, gpus, monitor.stalls,
+                             injector.to_json() if injector is not None else None)
         finally:
             _restore(signal.SIGTERM, prev_term)
             _restore(signal.SIGINT, prev_int)
@@ -363,7 +369,8 @@ def _isolated_run(cfg: LaunchConfig, run_dir: Path, key: str, device: str) -> Is
 
 def _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, device, cwd,
             violation: Violation | None = None, sandbox: dict[str, Any] | None = None, gpus: int = 0,
-            stalls: list[dict[str, Any]] | None = None) -> RunResult:
+            stalls: list[dict[str, Any]] | None = None,
+            faults_injected: list[dict[str, Any]] | None = None) -> RunResult:
     world_size = cfg.nproc * cfg.nnodes
     observed = [observe_rank(run_dir, r, key) for r in rundir.ranks_in(run_dir)]
     failure = find_failure(run_dir, observed) if status == "failed" else None
@@ -396,6 +403,7 @@ def _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, de
         "schema_version": rundir.RUN_SCHEMA_VERSION, "key": key, "started_at": started_iso,
         "command": build_command(cfg), "config": cfg_json, **result.to_json(),
         "sandbox": sandbox if sandbox is not None else {"isolated": False},
+        **({"faults_injected": faults_injected} if faults_injected is not None else {}),
     })
     return result
 

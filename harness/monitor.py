@@ -55,6 +55,7 @@ class RankProgress:
     last_record_at: float | None = None  # parent time of its last verified record
     busy_until: float | None = None  # parent time of the last CPU sample that showed it working
     cpu_fraction: float | None = None  # of a core, in its last CPU sample
+    marked: dict | None = None  # the fault event of this attempt: the rank waits to be killed (harness.injector)
     history: deque = field(default_factory=deque)  # (parent time, steps) per poll, for steps/s
 
     def update_rate(self, now: float) -> None:
@@ -227,7 +228,9 @@ class Monitor:
                 self.stepped_this_attempt = False
             if kind in ("boot", "start"):  # boot: the interpreter is up; start: torch too, script next
                 prog.attempt, prog.pid, prog.steps = attempt, rec.get("pid"), 0
-                prog.exited, prog.exit_status = False, None
+                prog.exited, prog.exit_status, prog.marked = False, None, None
+            elif kind == "fault":
+                prog.marked = rec
             elif kind == "step":
                 prog.steps = int(rec.get("step", prog.steps + 1))
                 prog.rss_mb = float(rec.get("rss_mb", 0.0))

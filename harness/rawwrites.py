@@ -9,7 +9,7 @@ would never find one. So ``open`` (``builtins.open`` and ``io.open``, one functi
 the rank: a file opened for writing in binary mode, inside the run's working directory, is handed
 back behind a thin proxy that records a ``bytes`` operation from its first write to its close (its
 content is unknown to the trace: no fingerprints), and, with the save fault armed
-(``saves.arm_tear``), lets half of its first write reach the disk and dies.
+(``saves.arm_tear``), lets half of its first write reach the disk, then waits for the parent to kill the rank.
 
 Writes inside a traced call (``torch.save`` to a path opens its file with ``open``, a copy does,
 DCP's streams do) are that call's own and are not traced twice. Text files (logs, metrics) are not
@@ -90,8 +90,8 @@ class _Traced:
         self._f.write(b[: len(b) // 2])
         self._f.flush()
         os.fsync(self._f.fileno())
-        tear.killed(self._path)  # records the fault
-        faults.die()
+        tear.killed(self._path)  # sends the fault's record: the parent kills the rank
+        faults.await_kill()
 
     def write(self, data: Any) -> int:
         self._begin(data)

@@ -441,7 +441,7 @@ def _tear_file(orig_stream, fs, path, mode, p: str, data: bytes, tear: _Tear) ->
         real.flush()
         os.fsync(real.fileno())
     tear.killed(p)
-    faults.die()
+    faults.await_kill()
 
 
 # -- reading --------------------------------------------------------------------------------------
