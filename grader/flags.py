@@ -12,7 +12,9 @@ Sources, each a ``Flag.kind``:
 - ``stray``: processes that left the launcher's tree (a double-forked daemon) and were ended;
 - ``trap``: FIFOs, sockets, devices and symlinks out of the work dir, removed before anything read it;
 - ``limit``: a limit the run went past (memory, processes, disk, files);
-- ``sealed``: a run dir or cached reference that changed after it was sealed.
+- ``sealed``: a run dir or cached reference that changed after it was sealed;
+- ``fault``: a planned kill the parent had to perform because the rank went past its point without
+  marking it (``run.json`` ``faults_injected``, ``how = "overdue"``: the fault hook was bypassed).
 
 Only runs of the candidate's code are read (the main run, the other world sizes, the resumed runs,
 the candidate's throughput rounds): the reference, the broken baseline and the compute bound are
@@ -52,11 +54,12 @@ def _read_summary(run_dir: Path) -> dict | None:
 
 
 def run_flags(run: str, run_dir: Path) -> list[Flag]:
-    """The flags one sandboxed run of the candidate's code left in its ``sandbox.json``."""
+    """The flags one run of the candidate's code left in its ``run.json`` (kills it evaded) and,
+    sandboxed, its ``sandbox.json``."""
+    out: list[Flag] = _fault_flags(run, run_dir)
     box = _read_summary(run_dir)
     if not box or not box.get("isolated"):
-        return []
-    out: list[Flag] = []
+        return out
     for line in box.get("tampering") or []:
         out.append(Flag(kind="tampering", run=run, what=printable(str(line))[:300]))
     strays = box.get("strays") or []
@@ -72,6 +75,17 @@ def run_flags(run: str, run_dir: Path) -> list[Flag]:
     for v in box.get("violations") or []:
         out.append(Flag(kind="limit", run=run, what=printable(str(v.get("message", v)))[:300]))
     return out[: MAX_PER_RUN * 4]
+
+
+def _fault_flags(run: str, run_dir: Path) -> list[Flag]:
+    try:
+        kills = json.loads((Path(run_dir) / "run.json").read_text(encoding="utf-8")).get("faults_injected") or []
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [Flag(kind="fault", run=run, what=f"rank {k.get('rank')} went past step {k.get('planned_step')}, where "
+                 f"its planned kill was, without reaching the point the harness marks: the parent killed it from "
+                 f"outside at step {k.get('seen_step')} (the fault hook was bypassed)")
+            for k in kills if isinstance(k, dict) and k.get("how") == "overdue"]
 
 
 def candidate_run_dirs(run_dirs: dict[str, str], out_dir: Path) -> dict[str, Path]:

@@ -73,6 +73,9 @@ def judge_run(role: str, ev: RunEvidence, ref: dict[int, float], spec, info: dic
             return _left(role, r, miss, against)
         if role not in RESTARTED:
             continue
+        unkilled = not_killed(ev, role)
+        if unkilled:
+            return unkilled
         if 1 not in paths:
             return f"rank {r} of the {role} run was killed, but no restarted attempt of it made an optimizer step"
         killed_after = max((s for s, _ in first), default=0)
@@ -103,6 +106,20 @@ def judge_run(role: str, ev: RunEvidence, ref: dict[int, float], spec, info: dic
         if miss:
             return _left(f"{role} run's restart", r, miss, against)
     return None
+
+
+def not_killed(ev: RunEvidence, role: str) -> str | None:
+    """Why a restarted run's restart is not the planned one: the parent killed no rank (its record
+    ``faults_injected``, absent from runs made before the parent performed the kills), so whatever
+    restarted the job was the script's own doing."""
+    kills = ev.run.get("faults_injected")
+    if kills is None or kills:
+        return None
+    planned = (ev.run.get("config") or {}).get("faults") or []
+    where = ", ".join(f"rank {f.get('rank')} {'during the first checkpoint write at or after' if f.get('when') == 'save' else 'after'} "
+                      f"step {f.get('step')}" for f in planned[:2])
+    return (f"the {role} run was to be killed ({where}), but the parent never killed a rank: no rank reached the "
+            "planned point, so any restart was the script's own")
 
 
 def _torn_step(ev: RunEvidence) -> int | None:

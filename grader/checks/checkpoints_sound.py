@@ -40,6 +40,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from grader.checks._path import not_killed
 from grader.checks.base import Check, CheckResult, CheckSpec, Context, need
 from grader.evidence import RunEvidence
 from grader.evidence.contents import missing_state, summary
@@ -316,6 +317,10 @@ def _restart(role: str, ev: RunEvidence, read: set[str], problems: Problems) -> 
             f = faults[0] if faults else {"rank": "?", "step": "?"}
             problems.add("restart", f"in the {role} run rank {f['rank']} was to be killed after step {f['step']}, "
                          "but the job never restarted (it made fewer steps?)")
+        return info
+    unkilled = not_killed(ev, role)
+    if unkilled:
+        problems.add("restart", unkilled)
         return info
     if ev.status != "ok":
         fail = ev.run.get("failure") or {}

@@ -21,3 +21,14 @@ def test_the_torn_write_is_the_earliest_unfinished_one_of_the_first_attempt():
 
 def test_no_torn_write():
     assert _torn_step(SimpleNamespace(file_ops=[op(40, t_end=41.0)])) is None
+
+
+def test_a_restart_counts_only_after_the_parent_killed_a_rank():
+    from grader.checks._path import not_killed
+
+    planned = {"config": {"faults": [{"rank": 1, "step": 20, "when": "step"}]}}
+    assert "never killed a rank" in not_killed(SimpleNamespace(run={**planned, "faults_injected": []}), "resume")
+    assert "rank 1 after step 20" in not_killed(SimpleNamespace(run={**planned, "faults_injected": []}), "resume")
+    killed = {**planned, "faults_injected": [{"rank": 1, "how": "marked"}]}
+    assert not_killed(SimpleNamespace(run=killed), "resume") is None
+    assert not_killed(SimpleNamespace(run=planned), "resume") is None  # a run made before the parent killed
