@@ -85,7 +85,7 @@ def settle(srv: ChannelServer) -> dict:
 def test_records_are_signed_by_the_parent_with_its_receive_time(server, tmp_path):
     srv = server()
     w = channel.RecordWriter(Path("/anywhere/ranks/0") / rundir.EVENTS, key="ignored")
-    w.write({"kind": "boot", "attempt": 0, "t": 1.0, "pid": 12345, "rank": 0})
+    w.write({"kind": "boot", "attempt": 0, "t": time.time(), "pid": 12345, "rank": 0})
     w.write({"kind": "step", "attempt": 0, "step": 1})
     channel.RecordWriter(rundir.SAMPLES).write({"a": 0, "ds": "d", "i": 3, "s": 0})
     stats = settle(srv)
@@ -114,6 +114,19 @@ def test_lines_that_are_no_honest_record_are_counted(server, tmp_path, line, cou
     assert stats["tampering"]
     kept = stored(tmp_path).valid
     assert kept == [] or counter == "attempt_mismatch"  # a wrong attempt is stored, and flagged
+
+
+@pytest.mark.parametrize("offset, counter", [(-30.0, "late"), (5.0, "ahead"), (-0.2, None)])
+def test_records_held_back_or_stamped_ahead_are_counted(server, tmp_path, offset, counter):
+    srv = server()
+    t = time.time() + offset
+    raw(srv.path, hello() + json.dumps({"s": "events.jsonl", "r": {"kind": "step", "attempt": 0, "t": t}}).encode()
+        + b"\n" + json.dumps({"s": "samples.jsonl", "r": {"a": 0, "t": t - 100}}).encode() + b"\n")
+    stats = settle(srv)["ranks"]["0"]
+    assert (stats["late"], stats["ahead"]) == {"late": (1, 0), "ahead": (0, 1), None: (0, 0)}[counter]
+    if counter == "late":
+        assert stats["worst_lag_s"] >= 30.0  # the samples stream carries no time of its own: not judged
+    assert stored(tmp_path).valid[0]["t"] == t  # kept as the rank said it
 
 
 @pytest.mark.parametrize("claim", [3, 1.0, "1", True])
