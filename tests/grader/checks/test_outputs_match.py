@@ -63,3 +63,25 @@ def test_a_fifo_is_refused_without_blocking(tmp_path):
     c = run_check(spec("outputs_match", path="out/metrics.jsonl", fields=["val_loss"]),
                   Context(FakeManifest(), {"main": load_run("main", root), "reference": load_run("reference", ref)}))
     assert not c.passed and "is not a regular file" in c.message
+
+
+@pytest.mark.parametrize("report, passed, says", [
+    ({"steps": 32, "final_val_loss": 0.5}, True, "out/report.json: final_val_loss match"),
+    ({"steps": 32, "final_val_loss": 0.0}, False, "out/report.json: final_val_loss differs from the reference run's by"),
+    ({"steps": 32, "final_val_loss": float("nan")}, False, "out/report.json has no number in 'final_val_loss'"),
+    (None, False, "the job's output out/report.json does not exist"),
+])
+def test_a_final_report_is_judged_too(tmp_path, report, passed, says):
+    runs = {}
+    for role, rep in (("main", report), ("reference", {"steps": 32, "final_val_loss": 0.5})):
+        root = make_run(tmp_path / role, steps=16)
+        (root / "work" / "out").mkdir(parents=True)
+        (root / "work" / "out" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in REF))
+        if rep is not None:  # written as a script writes a report: indented, over several lines
+            (root / "work" / "out" / "report.json").write_text(json.dumps(rep, indent=2))
+        runs[role] = load_run(role, root)
+    res = run_check(spec("outputs_match", path="out/metrics.jsonl", fields=["val_loss"],
+                         also=[{"path": "out/report.json", "key": "steps", "fields": ["final_val_loss"]}]),
+                    Context(FakeManifest(), runs))
+    assert res.passed is passed and says in res.message
+    assert "0.5" not in json.dumps(res.evidence)  # never the reference's figure
