@@ -14,7 +14,10 @@ Sources, each a ``Flag.kind``:
 - ``limit``: a limit the run went past (memory, processes, disk, files);
 - ``sealed``: a run dir or cached reference that changed after it was sealed;
 - ``fault``: a planned kill the parent had to perform because the rank went past its point without
-  marking it (``run.json`` ``faults_injected``, ``how = "overdue"``: the fault hook was bypassed).
+  marking it (``run.json`` ``faults_injected``, ``how = "overdue"``: the fault hook was bypassed);
+- ``behaviour``: what the script did at run time that a fix has no reason to (``harness.audit``: the
+  kit's files opened, another process's ``/proc`` read, files written outside the working directory,
+  ``ctypes`` libraries, programs started), however its text spelled it.
 
 Only runs of the candidate's code are read (the main run, the other world sizes, the resumed runs,
 the candidate's throughput rounds): the reference, the broken baseline and the compute bound are
@@ -31,6 +34,7 @@ from pathlib import Path
 from grader.result import Flag
 from grader.scan import scan_files
 from grader.text import printable
+from harness import rundir
 from harness.isolation import SANDBOX_FILE
 
 MAX_PER_RUN = 20  # lines of one kind from one run; the rest are counted
@@ -56,7 +60,7 @@ def _read_summary(run_dir: Path) -> dict | None:
 def run_flags(run: str, run_dir: Path) -> list[Flag]:
     """The flags one run of the candidate's code left in its ``run.json`` (kills it evaded) and,
     sandboxed, its ``sandbox.json``."""
-    out: list[Flag] = _fault_flags(run, run_dir)
+    out: list[Flag] = _fault_flags(run, run_dir) + _audit_flags(run, run_dir)
     box = _read_summary(run_dir)
     if not box or not box.get("isolated"):
         return out
@@ -75,6 +79,31 @@ def run_flags(run: str, run_dir: Path) -> list[Flag]:
     for v in box.get("violations") or []:
         out.append(Flag(kind="limit", run=run, what=printable(str(v.get("message", v)))[:300]))
     return out[: MAX_PER_RUN * 4]
+
+
+AUDIT_WHAT = {"kit": "opened the kit's file", "proc": "read", "outside": "wrote outside the working directory:",
+              "ctypes": "used ctypes:", "spawn": "started a program:"}
+
+
+def _audit_flags(run: str, run_dir: Path) -> list[Flag]:
+    """The ``audit`` events of every rank (``harness.audit``), each (what, detail) once."""
+    try:
+        key = rundir.load_run(run_dir)["key"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    out: list[Flag] = []
+    seen: set[tuple[str, str]] = set()
+    for r in rundir.ranks_in(run_dir):
+        for rec in rundir.read_records(rundir.rank_dir(run_dir, r) / rundir.EVENTS, key).valid:
+            if rec.get("kind") != "audit":
+                continue
+            what, detail = str(rec.get("what")), printable(str(rec.get("detail")))[:200]
+            if (what, detail) in seen or len(out) >= MAX_PER_RUN:
+                continue
+            seen.add((what, detail))
+            out.append(Flag(kind="behaviour", run=run, what=f"rank {r} {AUDIT_WHAT.get(what, what)} {detail}",
+                            where=printable(str(rec.get("where")))[:120]))
+    return out
 
 
 def _fault_flags(run: str, run_dir: Path) -> list[Flag]:

@@ -74,7 +74,7 @@ def main(argv: list[str]) -> int:
 
     import torch
 
-    from harness import instrument  # imports torch: after the cheap set-up above
+    from harness import audit, instrument  # imports torch: after the cheap set-up above
 
     pg_timeout = os.environ.pop(rundir.PG_TIMEOUT_ENV, "")
     rec = instrument.install(run_dir, rank, key, attempt, float(pg_timeout) if pg_timeout else None)
@@ -87,6 +87,9 @@ def main(argv: list[str]) -> int:
         # which kernel traced the collectives, and why not the C++ one where it was Python's
         trace=getattr(rec.tracer, "kind", None), trace_why=getattr(rec.tracer, "why_python", None) or None,
     )
+    # Last before the script: what it does that a fix has no reason to, seen as it happens
+    audit.install(lambda what, detail, where: rec.event("audit", what=what, detail=detail, where=where),
+                  script, os.getcwd())
     status, code, error = "ok", 0, None
     try:
         code = _run_script(script, args)

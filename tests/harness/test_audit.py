@@ -1,0 +1,101 @@
+"""The audit hook's judgement: what the script caused (and only the script), reported once each.
+The hook is called directly here, from code compiled as if it were in the script's file, the
+kit's or a library's: a hook added to the test process could never be removed."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from harness.audit import MAX_EVENTS, Auditor
+
+KIT = Path(__file__).resolve().parents[2]
+
+
+def make(tmp_path):
+    sent = []
+    sub, work = tmp_path / "submission", tmp_path / "work"
+    sub.mkdir()
+    work.mkdir()
+    a = Auditor(lambda *r: sent.append(r), [str(sub)], str(work), str(KIT))
+    return a, sent, sub, work
+
+
+def call_from(filename: str, a: Auditor, event: str, args: tuple) -> None:
+    """Calls the hook from a frame whose file is ``filename``."""
+    code = compile("hook(event, args)", filename, "exec")
+    exec(code, {"hook": a.hook, "event": event, "args": args})
+
+
+@pytest.mark.parametrize("event, args, kind", [
+    ("open", ("/proc/1/cmdline", "r", 0), "proc"),
+    ("open", ("/proc/self/environ", "rb", 0), "proc"),
+    ("open", (str(KIT / "solutions" / "memory-leak" / "train.py"), "r", 0), "kit"),
+    ("open", ("/etc/trainwreck-canary", "w", 0), "outside"),
+    ("open", ("/etc/trainwreck-canary", None, os.O_WRONLY | os.O_CREAT), "outside"),
+    ("ctypes.dlopen", ("libc.so.6",), "ctypes"),
+    ("subprocess.Popen", ("/bin/sh", ["sh", "-c", "x"], None, None), "spawn"),
+    ("open", ("/proc/self/status", "r", 0), None),       # the process's own counters
+    ("open", ("/etc/hostname", "r", 0), None),           # reading the system's files
+    ("open", ("/tmp/scratch.bin", "wb", 0), None),       # temporary files
+    ("import", ("harness.instrument", None, [], [], []), "kit"),
+    ("import", ("harness.workloads", None, [], [], []), None),  # the one module an exercise script may use
+    ("import", ("numpy", None, [], [], []), None),
+])
+def test_what_the_script_does_is_reported(tmp_path, event, args, kind):
+    a, sent, sub, work = make(tmp_path)
+    call_from(str(sub / "train.py"), a, event, args)
+    assert [s[0] for s in sent] == ([kind] if kind else [])
+    if kind:
+        assert sent[0][2] == "train.py:1"
+
+
+def test_writes_in_the_working_directory_are_the_job_s(tmp_path):
+    a, sent, sub, work = make(tmp_path)
+    call_from(str(sub / "train.py"), a, "open", (str(work / "out" / "ckpt.pt"), "wb", 0))
+    assert sent == []
+
+
+@pytest.mark.parametrize("via, event, args, reported", [
+    ("<frozen importlib._bootstrap_external>", "open", (str(KIT / "harness" / "workloads.py"), "r", 0), False),
+    (str(KIT / "harness" / "instrument.py"), "open", ("/proc/1/stat", "r", 0), False),  # the kit's own work
+    (str(KIT / "harness" / "rawwrites.py"), "open", ("/proc/1/stat", "r", 0), True),  # its wrapper of open
+    ("/venv/lib/python3.11/site-packages/torch/_inductor/cpp.py", "subprocess.Popen", ("g++",), False),
+    ("/venv/lib/python3.11/site-packages/torch/serialization.py", "open", ("/proc/1/environ", "rb", 0), True),
+])
+def test_who_caused_it(tmp_path, via, event, args, reported):
+    """The script calls ``via`` (the kit, or a library), which makes the call."""
+    a, sent, sub, work = make(tmp_path)
+    inner = compile("def f():\n    hook(event, args)\n", via, "exec")
+    ns = {"hook": a.hook, "event": event, "args": args}
+    exec(inner, ns)
+    outer = compile("f()", str(sub / "train.py"), "exec")
+    exec(outer, {"f": ns["f"]})
+    assert bool(sent) is reported
+
+
+def test_nothing_without_the_script_on_the_stack_and_each_once(tmp_path):
+    a, sent, sub, work = make(tmp_path)
+    a.hook("open", ("/proc/1/cmdline", "r", 0))  # called from this test file: not the script's
+    assert sent == []
+    for i in range(MAX_EVENTS + 10):
+        call_from(str(sub / "train.py"), a, "open", ("/proc/1/cmdline", "r", 0))
+        call_from(str(sub / "train.py"), a, "open", (f"/proc/{i + 2}/environ", "r", 0))
+    assert len(sent) == MAX_EVENTS and len({s[1] for s in sent}) == MAX_EVENTS
+
+
+@pytest.mark.slow
+def test_a_real_run_reports_what_its_script_did(tmp_path):
+    from grader.flags import run_flags
+    from harness.launch import LaunchConfig, launch
+    from tests.conftest import FIXTURES, assert_nothing_left
+
+    res = launch(LaunchConfig(script=FIXTURES / "audited.py", run_dir=tmp_path / "run", cwd=tmp_path, nproc=1))
+    assert_nothing_left(tmp_path / "run")
+    assert res.status == "ok"
+    flags = [f for f in run_flags("main", res.run_dir) if f.kind == "behaviour"]
+    whats = " | ".join(f"{f.what} @ {f.where}" for f in flags)
+    assert "read /proc/1/cmdline @ audited.py:8" in whats and "used ctypes: ctypes.dlopen" in whats
+    assert len(flags) == 2  # the harness's own reads of /proc and torch's libraries are not the script's
