@@ -36,6 +36,7 @@ class Spec(CheckSpec):
     rtol: float = Field(1e-4, ge=0)
     atol: float = Field(1e-6, ge=0)
     # further files, each a JSON document (one object: one row) or JSON lines, with the same tolerance
+    # (judged when the run ended normally: a final report is written at the end)
     also: list[OutputFile] = []
 
 
@@ -79,7 +80,10 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     ref = need(ctx, name, "reference")
     if isinstance(ref, CheckResult):
         return ref
-    files = [OutputFile(path=spec.path, key=spec.key, fields=spec.fields), *spec.also]
+    # The further files are written when the job ends: a run that failed after its training (judged
+    # here for what its training produced, need_trained) never got there, which is completes' to say.
+    ended = ev.status == "ok"
+    files = [OutputFile(path=spec.path, key=spec.key, fields=spec.fields), *(spec.also if ended else [])]
     evidence: dict[str, Any] = {"rtol": spec.rtol, "atol": spec.atol, "files": []}
     said = []
     for out in files:
@@ -90,6 +94,8 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
             failed.evidence = evidence
             return failed
         said.append(e["said"])
+    if spec.also and not ended:
+        said.append(f"{', '.join(o.path for o in spec.also)} not judged: the run did not reach its end")
     return CheckResult(name, True, "; ".join(said), evidence)
 
 

@@ -85,3 +85,16 @@ def test_a_final_report_is_judged_too(tmp_path, report, passed, says):
                     Context(FakeManifest(), runs))
     assert res.passed is passed and says in res.message
     assert "0.5" not in json.dumps(res.evidence)  # never the reference's figure
+
+
+def test_a_final_report_is_not_judged_when_the_run_never_reached_its_end(tmp_path):
+    runs = {}
+    for role, status in (("main", "failed"), ("reference", "ok")):
+        root = make_run(tmp_path / role, steps=16, status=status)
+        (root / "work" / "out").mkdir(parents=True)
+        (root / "work" / "out" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in REF))
+        runs[role] = load_run(role, root)
+    res = run_check(spec("outputs_match", path="out/metrics.jsonl", fields=["val_loss"],
+                         also=[{"path": "out/report.json", "key": "steps", "fields": ["final_val_loss"]}]),
+                    Context(FakeManifest(), runs))
+    assert res.passed and "out/report.json not judged: the run did not reach its end" in res.message
