@@ -212,7 +212,7 @@ def traced(op: str, src: str | None, dst: str | None, fn: Callable[[], Any],
 class _Tear:
     at_step: int
     step: Callable[[], int]
-    killed: Callable[[str], None]  # records the fault, given the path; the caller then dies
+    killed: Callable[[str], None]  # sends the fault's record, given the path; the caller then waits to be killed
 
 
 _tear: _Tear | None = None
@@ -220,7 +220,7 @@ _tear: _Tear | None = None
 
 def arm_tear(at_step: int, step: Callable[[], int], killed: Callable[[str], None]) -> None:
     """Fault injection (``harness.instrument``, ``when="save"``) for the files DCP writes: the
-    first one at or after ``at_step`` gets half its bytes, then the process is SIGKILLed, as a
+    first one at or after ``at_step`` gets half its bytes, then the parent SIGKILLs the rank, as a
     torn ``torch.save`` does."""
     global _tear
     _tear = _Tear(at_step, step, killed)

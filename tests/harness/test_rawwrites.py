@@ -94,6 +94,15 @@ def test_a_bytes_write_renamed_into_place_publishes_a_version():
     assert torn.versions == [] and len(torn.torn) == 1
 
 
+def _torn_run(tmp_path, script: str):
+    """``script`` launched with its first checkpoint write at or after step 3 torn; it must fail."""
+    res = launch(LaunchConfig(script=FIXTURES / script, run_dir=tmp_path / "run", cwd=tmp_path,
+                              faults=[Fault(rank=0, step=3, when="save")]))
+    assert_nothing_left(tmp_path / "run")
+    assert res.status == "failed"
+    return res
+
+
 def _ops(res, rank=0):
     key = rundir.load_run(res.run_dir)["key"]
     return file_ops({rank: rundir.read_records(rundir.rank_dir(res.run_dir, rank) / rundir.SAVES, key).valid})
@@ -101,10 +110,7 @@ def _ops(res, rank=0):
 
 @pytest.mark.slow
 def test_a_checkpoint_written_as_bytes_is_traced_and_torn(tmp_path):
-    res = launch(LaunchConfig(script=FIXTURES / "bytes_save.py", run_dir=tmp_path / "run", cwd=tmp_path,
-                              faults=[Fault(rank=0, step=3, when="save")]))
-    assert_nothing_left(tmp_path / "run")
-    assert res.status == "failed"
+    res = _torn_run(tmp_path, "bytes_save.py")
     h = file_history(_ops(res))
     assert [o.step for _, o in h[str(tmp_path / "ckpt.pt")].versions] == [1, 2]
     assert [o.step for o in h[str(tmp_path / "ckpt.pt.tmp")].torn] == [3]
@@ -115,10 +121,7 @@ def test_a_checkpoint_written_as_bytes_is_traced_and_torn(tmp_path):
 
 @pytest.mark.slow
 def test_a_forked_writer_torn_by_the_fault_takes_its_rank_down(tmp_path):
-    res = launch(LaunchConfig(script=FIXTURES / "fork_save.py", run_dir=tmp_path / "run", cwd=tmp_path,
-                              faults=[Fault(rank=0, step=3, when="save")]))
-    assert_nothing_left(tmp_path / "run")
-    assert res.status == "failed"
+    res = _torn_run(tmp_path, "fork_save.py")
     rank0 = next(r for r in res.to_json()["ranks"] if r["rank"] == 0)
     assert rank0["exit_code"] == -9  # the rank itself, not only its writer
     torn = [o for o in _ops(res) if o.t_end is None]
