@@ -107,8 +107,13 @@ class StallWatch:
         # growing between two looks; until then, look again at the next one.
         if not dump or ("harness/bootstrap.py" not in dump and grew):
             return None
-        self._sites[rank] = parse_stacks(dump)["site"]
-        return self._sites[rank]
+        site = parse_stacks(dump)["site"]
+        # A dump that held still between two looks may still be half-written (a rank descheduled
+        # inside its signal handler on a loaded machine: CI saw one stay at no line for 20 s): only
+        # a line found is kept; no line yet is read again at the next look.
+        if site is not None:
+            self._sites[rank] = site
+        return site
 
     def _stacks(self, rank: int) -> Path:
         return rundir.rank_dir(self.run_dir, rank) / rundir.STACKS

@@ -110,3 +110,22 @@ def test_no_signal_where_it_would_end_the_process_nor_to_a_rank_in_a_collective(
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_a_dump_that_paused_half_written_is_read_again_until_its_line_is_in(tmp_path, monkeypatch):
+    """The rank can be descheduled inside its signal handler: two looks may see the same part."""
+    stacks = rundir.rank_dir(tmp_path, 0) / rundir.STACKS
+    stacks.parent.mkdir(parents=True)
+    stacks.write_text("")
+    watch = StallWatch(tmp_path, KEY, threads=lambda p: SLEEPING, send=lambda pid, sig: None)
+    facts = [watch.fill(RankFacts(0), 1, attempt=0)]
+    monkeypatch.setattr(stallwatch, "catches", lambda pid, sig: True)
+    watch.ask_stacks(facts, {0: 1})
+    with open(stacks, "a") as f:
+        f.write("Current thread 0x00007f (most recent call first):\n")
+    for _ in range(3):  # held still across looks, its frames not yet written
+        assert watch.fill(RankFacts(0), 1, attempt=0).site is None
+    with open(stacks, "a") as f:
+        f.write('  File "/w/upload.py", line 6 in upload\n  File "/w/upload.py", line 7 in <module>\n')
+    assert watch.fill(RankFacts(0), 1, attempt=0).site is None  # still growing at this look
+    assert watch.fill(RankFacts(0), 1, attempt=0).site == "/w/upload.py:6"
