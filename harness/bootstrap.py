@@ -26,6 +26,16 @@ from harness import channel, rundir
 
 STACK_SIGNAL = signal.SIGUSR1
 SCRATCH = Path("/tmp/.trainwreck")  # sandboxed: the recorder's own files, before they are sent
+SETTINGS_ARG = "--settings-fd="
+# The harness's variables every process of the launch keeps: the process tree's marker (the same
+# for every run, its path a random token in a grading), the channel's socket (one fixed path) and
+# an exercise's artifact store. Every other TRAINWRECK_* is a setting of this run (its faults, its
+# fingerprints, the grading's evidence...): the script must not see it, not even in
+# /proc/self/environ, which keeps the block a process was exec'd with whatever os.environ says.
+VISIBLE = frozenset({rundir.RUN_DIR_ENV, channel.CHANNEL_ENV, "TRAINWRECK_STORE", "TRAINWRECK_STORE_ROOT"})
+AGENT_ONLY = frozenset({"TORCH_DISABLE_SHARE_RDZV_TCP_STORE"})  # read by torchrun's agent, never by a rank
+SHOW = "TRAINWRECK_SHOW_"  # TRAINWRECK_SHOW_<NAME>=v: the script sees <NAME>=v (grader.roles)
+SETTINGS_MAX = 60_000  # under a pipe's 64 KiB buffer: written whole before the exec, without a reader
 
 
 def _attempt_header(attempt: int) -> bytes:
@@ -45,6 +55,11 @@ def main(argv: list[str]) -> int:
     if not argv:
         print("usage: python -m harness.bootstrap SCRIPT [ARGS...]", file=sys.stderr)
         return 2
+    if argv[0].startswith(SETTINGS_ARG):
+        _take_settings(int(argv[0][len(SETTINGS_ARG):]))
+        argv = argv[1:]
+    else:
+        _exec_without_settings(argv)  # returns only when there are none
     script, args = argv[0], argv[1:]
     run_dir_s = os.environ.get(rundir.RUN_DIR_ENV)
     if not run_dir_s:
@@ -87,6 +102,9 @@ def main(argv: list[str]) -> int:
         # which kernel traced the collectives, and why not the C++ one where it was Python's
         trace=getattr(rec.tracer, "kind", None), trace_why=getattr(rec.tracer, "why_python", None) or None,
     )
+    _threads(torch)
+    for name in [k for k in os.environ if k.startswith("TRAINWRECK_") and k not in VISIBLE]:
+        del os.environ[name]  # read by now; nor do the script's own children inherit them
     # Last before the script: what it does that a fix has no reason to, seen as it happens
     audit.install(lambda what, detail, where: rec.event("audit", what=what, detail=detail, where=where),
                   script, os.getcwd())
@@ -147,6 +165,67 @@ def leave(code: int) -> None:
             except Exception:
                 pass
         os._exit(code)
+
+
+def _exec_without_settings(argv: list[str]) -> None:
+    """Start this rank again, the same pid and argv, in an environment without the run's settings:
+    they come on a pipe instead (``--settings-fd=N``). What the script can see of its environment
+    is then the same in every role a grading runs it in, and as a plain ``trainwreck run`` has it."""
+    settings = {k: v for k, v in os.environ.items() if k.startswith("TRAINWRECK_") and k not in VISIBLE}
+    if not settings:
+        return
+    env = {k: v for k, v in os.environ.items() if k not in settings and k not in AGENT_ONLY}
+    env.update({k[len(SHOW):]: v for k, v in settings.items() if k.startswith(SHOW) and len(k) > len(SHOW)})
+    data = json.dumps(settings).encode()
+    if len(data) > SETTINGS_MAX:
+        raise SystemExit(f"trainwreck: the run's settings are {len(data)} bytes, over {SETTINGS_MAX}: "
+                         "pass fewer faults or files to watch")
+    r, w = os.pipe()
+    os.write(w, data)
+    os.close(w)
+    os.set_inheritable(r, True)
+    lead = sys.orig_argv[:len(sys.orig_argv) - len(argv)]  # the interpreter and its flags, -m harness.bootstrap
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [*lead, f"{SETTINGS_ARG}{r}", *argv], env)
+
+
+def _take_settings(fd: int) -> None:
+    """The settings ``_exec_without_settings`` sent, back in ``os.environ`` (the process's own copy:
+    /proc/self/environ does not show them) for the harness to read, then removed before the script."""
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    os.close(fd)
+    for k, v in json.loads(b"".join(chunks)).items():
+        if k.startswith(SHOW):
+            continue
+        os.environ[k] = v
+    _malloc(os.environ.get(MMAP_THRESHOLD_ENV))
+
+
+MMAP_THRESHOLD_ENV = "TRAINWRECK_MMAP_THRESHOLD"  # bytes (grader.roles.GRADING_ENV says why)
+THREADS_ENV = "TRAINWRECK_THREADS"  # intra-op threads per rank (grader.roles.GRADING_ENV)
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+
+
+def _malloc(threshold: str | None) -> None:
+    """glibc's mmap threshold fixed as MALLOC_MMAP_THRESHOLD_ would (dynamic adjustment off), without
+    a variable in the environment; forked children (DataLoader workers) keep it."""
+    if not threshold:
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, int(threshold))
+    except (OSError, AttributeError, ValueError):  # not glibc: the measurement is as without it
+        pass
+
+
+def _threads(torch) -> None:
+    n = os.environ.pop(THREADS_ENV, "")
+    if n:
+        torch.set_num_threads(int(n))
 
 
 def _install_profiler(rec):

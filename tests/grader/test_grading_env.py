@@ -26,7 +26,11 @@ def test_every_grading_run_gets_the_grading_environment(tmp_path, monkeypatch, c
     grade.run_role(ex, ex.dir, tmp_path / "run", "reference", "cpu", 1, env=dict(extra))
     env = seen[0].env
     # one thread per rank even for a one-rank role and a grader that asked for more: the submission
-    # and the reference meet the same arithmetic; the evidence only the checks read is on
-    assert env["OMP_NUM_THREADS"] == "1" and env[GRADING_EVIDENCE_ENV] == "1"
-    assert env["MALLOC_MMAP_THRESHOLD_"] == str(128 * 1024)
+    # and the reference meet the same arithmetic; the evidence only the checks read is on. All are
+    # harness settings the bootstrap applies, never variables the script sees
+    # (tests/harness/test_bootstrap_settings.py launches them)
+    assert env["TRAINWRECK_THREADS"] == "1" and env[GRADING_EVIDENCE_ENV] == "1"
+    assert env["TRAINWRECK_MMAP_THRESHOLD"] == str(128 * 1024)
+    assert "OMP_NUM_THREADS" not in env and "MALLOC_MMAP_THRESHOLD_" not in env
+    assert env["TRAINWRECK_SHOW_TORCHELASTIC_MAX_RESTARTS"] == "1"  # every role, restarted or not
     assert all(env[k] == v for k, v in extra.items())

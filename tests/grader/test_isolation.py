@@ -178,7 +178,7 @@ class _Launched(Exception):
 @pytest.mark.parametrize("env, expect", [
     (None, "131072"),  # every grading run: glibc's moving threshold read as an RSS slope
     ({"TRAINWRECK_FINGERPRINT": "1"}, "131072"),  # with the role's own variables
-    ({"MALLOC_MMAP_THRESHOLD_": "65536"}, "65536"),  # a role that sets its own wins
+    ({"TRAINWRECK_MMAP_THRESHOLD": "65536"}, "65536"),  # a role that sets its own wins
 ])
 def test_every_grading_run_has_a_fixed_mmap_threshold(tmp_path, monkeypatch, env, expect):
     seen = []
@@ -190,15 +190,18 @@ def test_every_grading_run_has_a_fixed_mmap_threshold(tmp_path, monkeypatch, env
     monkeypatch.setattr("grader.grade.launch", fake_launch)
     with pytest.raises(_Launched):
         run_role(find(SLUG), tmp_path, tmp_path / "run", "main", "cpu", 2, env=env)
-    assert seen[0].env["MALLOC_MMAP_THRESHOLD_"] == expect
+    assert seen[0].env["TRAINWRECK_MMAP_THRESHOLD"] == expect  # applied by the bootstrap (mallopt)
+    assert "MALLOC_MMAP_THRESHOLD_" not in seen[0].env  # a variable the script would see
 
 
 def test_a_users_own_run_launches_with_glibcs_own_threshold(tmp_path, monkeypatch):
     """`trainwreck run` launches as torchrun does: the fixed threshold is the grader's, not the harness's."""
     from harness.launch import LaunchConfig, build_env
     monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    monkeypatch.delenv("TRAINWRECK_MMAP_THRESHOLD", raising=False)
     cfg = LaunchConfig(script=tmp_path / "train.py", cwd=tmp_path)
-    assert "MALLOC_MMAP_THRESHOLD_" not in build_env(cfg, tmp_path, "k" * 32, "cpu")
+    env = build_env(cfg, tmp_path, "k" * 32, "cpu")
+    assert "MALLOC_MMAP_THRESHOLD_" not in env and "TRAINWRECK_MMAP_THRESHOLD" not in env
 
 
 @pytest.mark.parametrize("statuses, runs, raises", [

@@ -1,0 +1,65 @@
+"""The run's settings reach the harness, never the script: a probe launched as a plain run, as a
+grading's main run and as a grading's kill-and-restart role sees the same environment (its own copy
+and the block /proc/self/environ keeps), the same command line and, in a grading, the settings
+applied (one intra-op thread, the same TORCHELASTIC_MAX_RESTARTS in every role)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from grader.roles import FINGERPRINTS, grading_env
+from harness import rundir
+from harness.bootstrap import VISIBLE
+from harness.launch import Fault, LaunchConfig, launch
+from tests.conftest import assert_nothing_left
+
+pytestmark = pytest.mark.slow
+
+PROBE = """
+import json, os, sys, torch
+with open("/proc/self/environ", "rb") as f:
+    block = dict(kv.split(b"=", 1) for kv in f.read().split(b"\\0") if b"=" in kv)
+with open("/proc/self/cmdline", "rb") as f:
+    cmdline = f.read().decode().split("\\0")
+print("PROBE " + json.dumps({
+    "env": sorted(os.environ), "block": sorted(k.decode() for k in block),
+    "torch": {k: v for k, v in os.environ.items() if k.startswith(("TORCH", "OMP_", "MALLOC_"))},
+    "max_restarts": os.environ.get("TORCHELASTIC_MAX_RESTARTS"), "threads": torch.get_num_threads(),
+    "cmdline": cmdline[:-3] + [os.path.basename(a) for a in cmdline[-3:]], "argv": sys.argv[1:]}), flush=True)
+"""
+# Different in every launch by design (a fresh rendezvous, its own run dir), not by role
+PER_LAUNCH = {"MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"}
+
+
+def probe(tmp_path, name, **cfg) -> dict:
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE)
+    run_dir = tmp_path / name
+    res = launch(LaunchConfig(script=script, script_args=["--steps", "3"], nproc=1, run_dir=run_dir,
+                              cwd=tmp_path, **cfg))
+    assert_nothing_left(run_dir)
+    assert res.status == "ok", res.status
+    out = (rundir.rank_dir(run_dir, 0) / rundir.STDOUT).read_text()
+    return json.loads(next(ln for ln in out.splitlines() if ln.startswith("PROBE "))[6:])
+
+
+def test_no_role_of_a_grading_sees_its_settings_nor_a_plain_run_its_grading(tmp_path):
+    plain = probe(tmp_path, "plain")
+    main = probe(tmp_path, "main", env=grading_env())
+    resume = probe(tmp_path, "resume", env=grading_env(dict(FINGERPRINTS)), max_restarts=1,
+                   faults=[Fault(rank=0, step=50)])  # never reached: its settings are still passed
+    for seen in (plain, main, resume):
+        harness_vars = {k for k in seen["env"] + seen["block"] if k.startswith("TRAINWRECK_")}
+        assert harness_vars <= VISIBLE, harness_vars
+        assert not any(k.startswith("MALLOC_") for k in seen["block"])
+        assert seen["argv"] == ["--steps", "3"]
+    names = [set(s["env"]) - PER_LAUNCH for s in (plain, main, resume)]
+    assert names[0] == names[1] == names[2]
+    assert plain["cmdline"] == main["cmdline"] == resume["cmdline"]
+    roles = [{k: v for k, v in s["torch"].items() if k not in PER_LAUNCH} for s in (main, resume)]
+    assert roles[0] == roles[1]  # values too: the torch and allocator settings a role could read
+    # the grading's settings applied, the same in each of its roles, whatever the launch allowed
+    assert main["threads"] == resume["threads"] == 1
+    assert main["max_restarts"] == resume["max_restarts"] == "1" and plain["max_restarts"] == "0"
