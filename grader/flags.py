@@ -17,7 +17,9 @@ Sources, each a ``Flag.kind``:
   marking it (``run.json`` ``faults_injected``, ``how = "overdue"``: the fault hook was bypassed);
 - ``behaviour``: what the script did at run time that a fix has no reason to (``harness.audit``: the
   kit's files opened, another process's ``/proc`` read, files written outside the working directory,
-  ``ctypes`` libraries, programs started), however its text spelled it.
+  ``ctypes`` libraries, programs started), however its text spelled it;
+- ``disagree``: what a rank reported about itself that the parent's own observation contradicts
+  (``grader.crosscheck``: its memory against the parent's samples from ``/proc``).
 
 Only runs of the candidate's code are read (the main run, the other world sizes, the resumed runs,
 the candidate's throughput rounds): the reference, the broken baseline and the compute bound are
@@ -31,6 +33,7 @@ import os
 import stat
 from pathlib import Path
 
+from grader import crosscheck
 from grader.result import Flag
 from grader.scan import scan_files
 from grader.text import printable
@@ -64,6 +67,10 @@ def run_flags(run: str, run_dir: Path) -> list[Flag]:
     box = _read_summary(run_dir)
     if not box or not box.get("isolated"):
         return out
+    try:
+        out += crosscheck.disagreements(run, run_dir, rundir.load_run(run_dir)["key"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # no run.json to verify records with: nothing to hold against the samples
     for line in box.get("tampering") or []:
         out.append(Flag(kind="tampering", run=run, what=printable(str(line))[:300]))
     strays = box.get("strays") or []

@@ -35,7 +35,7 @@ class Flag(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    kind: str  # source | tampering | stray | trap | limit | sealed | fault | behaviour
+    kind: str  # source | tampering | stray | trap | limit | sealed | fault | behaviour | disagree
     what: str  # one line, candidate text made printable
     run: str | None = None  # the run it was seen in (tampering, stray, trap, limit)
     where: str | None = None  # file:line of the submission (source)

@@ -1,0 +1,87 @@
+"""What a rank said about itself against what the parent saw of it: a disagreement is a flag with
+its evidence (``Flag.kind == "disagree"``), and the verdict already rests on the parent's side.
+
+Memory: each step record carries the RSS the rank read of itself (``rss_mb``); the parent sampled
+the same process from ``/proc`` at every poll (``proc.jsonl``, sandboxed runs) and stamped each
+record with its receive time (``rt``). The rank's figure against the outside samples interpolated
+at that time: a script that patches what it reports (psutil, ``/proc/self/statm`` read through a
+wrapper) to hide a leak drifts from the samples by the leak itself. ``memory_flat`` judges a
+sandboxed run from the outside samples already; the flag tells the interviewer the rank lied.
+
+Measured (memory-leak's broken script and reference, sandboxed, 2 ranks, ~190 steps each, 2-core
+machine under a concurrent grading): the honest median of |reported - sampled| 0.01 to 0.73 MB per
+rank, its largest single step 8.7 MB (the broken script leaks ~2 MB a step, and the samples are
+0.25 s apart). A disagreement is a median over the sampled steps above ``MIN_MB`` and ``MIN_REL``
+of the level: 14x the largest honest median; a flat report hiding memory-leak's leak is ~200 MB
+off in the median."""
+
+from __future__ import annotations
+
+import statistics
+from bisect import bisect_left
+from pathlib import Path
+from typing import Any
+
+from grader.result import Flag
+from harness import rundir
+
+PROC = "proc.jsonl"
+MIN_MB = 10.0
+MIN_REL = 0.03
+MIN_STEPS = 8  # sampled steps, at least, to judge a rank's reports
+
+
+def disagreements(run: str, run_dir: Path, key: str) -> list[Flag]:
+    out = []
+    for r in rundir.ranks_in(run_dir):
+        rdir = rundir.rank_dir(run_dir, r)
+        steps = [e for e in rundir.read_records(rdir / rundir.EVENTS, key).valid if e.get("kind") == "step"]
+        samples = rundir.read_records(rdir / PROC, key).valid
+        for attempt in sorted({_attempt(e) for e in steps}):
+            flag = _memory(run, r, attempt, [e for e in steps if _attempt(e) == attempt],
+                           [s for s in samples if s.get("a") == attempt])
+            if flag is not None:
+                out.append(flag)
+    return out
+
+
+def _attempt(rec: dict[str, Any]) -> int:
+    a = rec.get("attempt", rec.get("a", 0))
+    return a if isinstance(a, int) else -1
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def _memory(run: str, rank: int, attempt: int, steps: list[dict[str, Any]],
+            samples: list[dict[str, Any]]) -> Flag | None:
+    pts = sorted((t, y) for s in samples if (t := _num(s.get("t"))) is not None
+                 and (y := _num(s.get("rss_mb"))) is not None)
+    if len(pts) < 2:
+        return None
+    ts = [t for t, _ in pts]
+    diffs, levels = [], []
+    for e in steps:
+        said, at = _num(e.get("rss_mb")), _num(e.get("rt"))
+        if said is None or at is None:
+            continue
+        i = bisect_left(ts, at)
+        if i == 0 or i >= len(ts):
+            continue  # outside the sampled span: nothing of the parent's to hold it against
+        (t0, y0), (t1, y1) = pts[i - 1], pts[i]
+        seen = y0 + (y1 - y0) * (at - t0) / (t1 - t0) if t1 > t0 else y1
+        diffs.append(said - seen)
+        levels.append(seen)
+    if len(diffs) < MIN_STEPS:
+        return None
+    off = statistics.median(abs(d) for d in diffs)
+    level = statistics.median(levels)
+    if off <= max(MIN_MB, MIN_REL * level):
+        return None
+    signed = statistics.median(diffs)
+    return Flag(kind="disagree", run=run,
+                what=(f"rank {rank}{f' (attempt {attempt})' if attempt else ''} reported its memory "
+                      f"{abs(signed):.0f} MB {'below' if signed < 0 else 'above'} what the parent sampled "
+                      f"from /proc at the same steps (median over {len(diffs)} steps; sampled level "
+                      f"{level:.0f} MB): the verdict used the parent's samples"))

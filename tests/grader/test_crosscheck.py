@@ -1,0 +1,43 @@
+"""A rank's reports about itself held against the parent's own samples (grader.crosscheck)."""
+
+from __future__ import annotations
+
+import re
+
+from grader import crosscheck
+from grader import flags as flags_mod
+from harness import rundir
+from tests.grader.rundirs import KEY
+from tests.grader.test_isolation import sandboxed_run
+
+
+def flags(tmp_path, **kw):
+    return crosscheck.disagreements("main", sandboxed_run(tmp_path / "main", **kw), KEY)
+
+
+def test_a_rank_that_hides_its_leak_from_its_reports_is_flagged_with_the_gap(tmp_path):
+    found = flags(tmp_path, inside_rss=lambda s: 300.0, outside_rss=lambda s: 300.0 + 2.0 * s)
+    assert [f.kind for f in found] == ["disagree", "disagree"]  # both ranks
+    gap = re.search(r"rank 0 reported its memory (\d+) MB below what the parent sampled", found[0].what)
+    assert gap and 55 <= int(gap[1]) <= 65, found[0].what  # 2 MB a step, the median of 58 steps
+
+
+def test_honest_reports_within_the_measured_noise_are_not_flagged(tmp_path):
+    # the largest honest single-step gap measured was 8.7 MB, the largest median 0.73 MB
+    wobble = lambda s: 300.0 + 2.0 * s + (8.7 if s % 7 == 0 else 0.7)  # noqa: E731
+    assert flags(tmp_path, inside_rss=wobble, outside_rss=lambda s: 300.0 + 2.0 * s) == []
+
+
+def test_a_report_above_what_was_sampled_is_flagged_too(tmp_path):
+    found = flags(tmp_path, inside_rss=lambda s: 900.0, outside_rss=lambda s: 300.0)
+    assert found and "above what the parent sampled" in found[0].what
+
+
+def test_too_few_sampled_steps_say_nothing(tmp_path):
+    assert flags(tmp_path, inside_rss=lambda s: 100.0, outside_rss=lambda s: 900.0, steps=12, sample_every=6) == []
+
+
+def test_the_flag_reaches_the_grading_from_a_sandboxed_run(tmp_path):
+    run = sandboxed_run(tmp_path / "main", inside_rss=lambda s: 100.0, outside_rss=lambda s: 100.0 + 3.0 * s)
+    rundir.atomic_write_json(run / "sandbox.json", {"isolated": True})
+    assert [f.kind for f in flags_mod.run_flags("main", run)] == ["disagree", "disagree"]
