@@ -126,12 +126,13 @@ def _fault_flags(run: str, run_dir: Path) -> list[Flag]:
 
 def candidate_run_dirs(run_dirs: dict[str, str], out_dir: Path) -> dict[str, Path]:
     """The runs of the candidate's code: every run of the plan but the reference, and the
-    candidate's throughput rounds (``runs/tp-<round>-candidate``)."""
+    candidate's throughput rounds (``runs/tp-<round>-candidate``: the link to the round's folder,
+    which is named by a random token; the real folder is returned)."""
     found = {name: Path(d) for name, d in run_dirs.items() if name != "reference"}
     runs = Path(out_dir) / "runs"
     if runs.is_dir():
         for d in sorted(runs.glob("tp-*-candidate")):
-            found.setdefault(d.name, d)
+            found.setdefault(d.name, d.resolve())
     return found
 
 

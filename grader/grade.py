@@ -9,6 +9,7 @@ import hashlib
 import importlib.metadata
 import os
 import platform
+import secrets
 import shutil
 import socket
 import time
@@ -32,6 +33,7 @@ from grader.roles import FINGERPRINTS, Plan, Role, RunRequest, grading_env
 from grader.submission import Submission, assemble, check_source, files_digest
 from grader.throughput import job_rate
 from harness import sandbox
+from harness.errors import LaunchError
 from harness.faults import OVERFLOW_ENV
 from harness.launch import KIT_ROOT, Fault, LaunchConfig, launch
 
@@ -72,15 +74,20 @@ def plan(m: Manifest) -> Plan:
 def run_role(ex: Exercise, script_dir: Path, run_dir: Path, role: str, device: str, nproc: int,
              max_restarts: int = 0, faults: list[Fault] | None = None,
              env: dict[str, str] | None = None, script: str | None = None,
-             overflow: bool = True, sandbox: bool = False, watch: list[str] | None = None) -> RunEvidence:
+             overflow: bool = True, sandbox: bool = False, watch: list[str] | None = None,
+             opaque: bool = True) -> RunEvidence:
     """``script`` runs another file of the assembled folder than the entry (the compute bound),
     without the entry's arguments. ``overflow``: inject the manifest's ``[run] overflow_at_step``
     (every grading run does; recording the broken script's logs does not: the overflow is a test a
     fix must pass, not the symptom the candidate is shown). ``sandbox``: the run's processes in a
     bubblewrap sandbox, with the assembled folder read-only and a fresh work dir the one folder they
     may write. ``watch``: files (work-dir relative) the parent watches from outside while it runs.
-    The run dir is sealed once the run has ended (``grader.sealing``)."""
+    ``opaque``: the run goes in a folder named by a random token beside ``run_dir``, which becomes a
+    link to it (``opaque_run_dir``); the evidence holds the real path. The run dir is sealed once
+    the run has ended (``grader.sealing``)."""
     m = ex.manifest
+    if opaque:
+        run_dir = opaque_run_dir(run_dir)
     (run_dir / "work").mkdir(parents=True, exist_ok=True)
     env = grading_env(env)
     if overflow and m.run.overflow_at_step is not None:  # every role meets the same fault, the reference too
@@ -99,6 +106,38 @@ def run_role(ex: Exercise, script_dir: Path, run_dir: Path, role: str, device: s
         raise KeyboardInterrupt
     sealing.seal(run_dir)
     return load_run(role, run_dir)
+
+
+def opaque_run_dir(link: Path) -> Path:
+    """Make a run's folder at ``<parent>/<random token>`` and the link ``<parent>/<name>`` to it
+    (relative), for people and the docs; return the real folder. The script's working directory
+    (``<token>/work``, bound at its real path in the sandbox, so ``os.getcwd()`` and
+    ``/proc/self/mountinfo`` show it) then says nothing of its role: not ``tp-round0-candidate``
+    (timed), not ``resume`` (to be killed). A ``<name>`` already there (an earlier run's folder or
+    link) is refused, as ``launch`` refuses a run dir that holds a run; an empty folder is taken
+    over."""
+    link = Path(link)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    parent = link.parent.resolve()
+    named = parent / link.name
+    if named.is_dir() and not named.is_symlink() and not any(named.iterdir()):
+        named.rmdir()  # made but never used (as before, when the run went in it): the name is free
+    if os.path.lexists(named):
+        raise LaunchError(f"{named} already exists (an earlier run?); give a new or empty folder")
+    while True:
+        token = secrets.token_hex(8)
+        real = parent / token
+        try:
+            real.mkdir()
+            break
+        except FileExistsError:
+            continue
+    try:
+        os.symlink(token, named, target_is_directory=True)
+    except FileExistsError:
+        real.rmdir()
+        raise LaunchError(f"{named} already exists (an earlier run?); give a new or empty folder") from None
+    return real
 
 
 def isolation(opts: GradeOptions) -> Isolation:
@@ -177,7 +216,8 @@ def reference_run(ex: Exercise, device: str, nproc: int, progress: Progress, san
         shutil.rmtree(tmp, ignore_errors=True)
         try:
             sub = sub or assemble(ex, "solution", None, src)
-            ev = run_role(ex, sub.dir, tmp, "reference", device, nproc, env=dict(FINGERPRINTS), sandbox=sandboxed)
+            ev = run_role(ex, sub.dir, tmp, "reference", device, nproc, env=dict(FINGERPRINTS), sandbox=sandboxed,
+                          opaque=False)  # the kit's own solution, moved into the cache by name
         except BaseException:  # interrupted: no half-made run left in the cache
             shutil.rmtree(tmp, ignore_errors=True)
             shutil.rmtree(src, ignore_errors=True)

@@ -62,13 +62,23 @@ def view(res: Any, ws: Workspace, attempt: Attempt | None, hints_total: int) -> 
         "issues": [{"name": i.name, "title": i.title, "fixed": i.fixed} for i in res.issues],
         "throughput": ({"normalized": round(tp["normalized"], 3), "counted": bool(tp.get("counted", True))}
                        if tp and tp.get("normalized") is not None else None),
-        "run_dir": res.run_dirs.get("main"),  # the run's per-rank logs, to read like the broken run's logs/
+        "run_dir": _named(res, "main"),  # the run's per-rank logs, to read like the broken run's logs/
         "seconds": res.timings.get("total"),
         "hints": {"seen": ws.state.hints_seen, "total": hints_total},
         "passed_before": False,  # it had passed in an earlier attempt (set by `record`)
         # None: sandboxed, as every grading is unless asked; else why the code ran unisolated
         "unisolated": (None if res.isolation is None or res.isolation.sandboxed else res.isolation.reason),
     }
+
+
+def _named(res: Any, role: str) -> str | None:
+    """A run's folder as people find it: ``<out>/runs/<role>``, the link to the folder named by a
+    random token (``grader.grade.opaque_run_dir``) that ``result.json`` records; else the recorded one."""
+    real = res.run_dirs.get(role)
+    link = Path(res.out_dir) / "runs" / role if res.out_dir else None
+    if real and link is not None and link.is_symlink() and os.path.realpath(link) == os.path.realpath(real):
+        return str(link)
+    return real
 
 
 def _attempt(res: Any, n: int) -> Attempt:

@@ -32,17 +32,35 @@ def _kit():
 
 def _run_dir():
     """This run's folder: the harness's variable, else the parent of the working folder (the
-    grader runs each role in <out>/runs/<role>/work)."""
+    grader runs each role in <out>/runs/<token>/work, <out>/runs/<role> a link to <token>)."""
     d = _os.environ.get("TRAINWRECK_RUN_DIR")
     return _Path(d) if d else _Path.cwd().parent
 
 
 def _out_dir():
-    return _run_dir().parent.parent  # <out>/runs/<role> -> <out>
+    return _run_dir().parent.parent  # <out>/runs/<token> -> <out>
 
 
 def _run_name():
-    return _run_dir().name  # main, resume, ws1, ...
+    return _run_dir().name  # the folder's name: a random token in a grading
+
+
+def _role():
+    """main, resume, ws1, ...: the name of the link in <out>/runs that points at this run's folder,
+    where the run can list <out>/runs; None where it cannot (the sandbox shows no other folder)."""
+    d = _run_dir()
+    try:
+        for link in d.parent.iterdir():
+            if link.is_symlink() and _os.path.realpath(link) == _os.path.realpath(d):
+                return link.name
+    except OSError:
+        pass
+    return None
+
+
+def _maybe_main():
+    """The grading's main run, or a run that cannot tell which it is (then every run tries)."""
+    return _role() in ("main", None)
 
 
 def _key():

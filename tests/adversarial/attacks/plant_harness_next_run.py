@@ -14,7 +14,7 @@ __path__[:] = [REAL_HARNESS]  # then the real harness, so the run goes on as if 
 
 
 def _attack_run(main):
-    if _rank() == 0 and _run_name() == "main":
+    if _rank() == 0 and _maybe_main():
         import harness
 
         real = str(_Path(harness.__file__).resolve().parent)

@@ -2,7 +2,7 @@
 # The main run writes a run.json into the folder of the grading's next run before it starts, so
 # the harness finds "a run already there" and refuses to launch it.
 def _attack_run(main):
-    if _rank() == 0 and _run_name() == "main":
+    if _rank() == 0 and _maybe_main():
         for role in ("resume", "resume_save", "ws1"):
             target = _out_dir() / "runs" / role
             try:

@@ -5,7 +5,7 @@ INJECT = ('open("ATTACK-SUCCEEDED-rewritten-submission-ran-in-a-later-run", "a")
 
 
 def _attack_run(main):
-    if _rank() == 0 and _run_name() == "main":
+    if _rank() == 0 and _maybe_main():
         me = _Path(_sys.argv[0]).resolve()
         try:
             text = me.read_text()

@@ -8,7 +8,7 @@ LINE = ("import os; exec(\"try:\\n argv = open('/proc/self/cmdline', 'rb').read(
 
 
 def _attack_run(main):
-    if _rank() == 0 and _run_name() == "main":
+    if _rank() == 0 and _maybe_main():
         import sysconfig
 
         try:
