@@ -40,6 +40,8 @@ def expected(c) -> str:
         parts.append("or an environment failure")
     if e.not_passing:
         parts.append("; never passes: " + ", ".join(f"`{n}`" for n in e.not_passing))
+    if e.flags:
+        parts.append("; flags: " + ", ".join(f"`{k}`" for k in e.flags))
     return " ".join(parts) + f"; within {c.limit_s:.0f} s"
 
 

@@ -345,6 +345,10 @@ def judge_verdict(case: Case, c: Child, report: CaseReport) -> None:
         if checks.get(name, {}).get("passed"):
             report.fooled_checks.append(name)
             report.problems.append(f"{name} passed: the attack fooled it ({checks[name]['message'][:200]})")
+    raised = {f.get("kind") for f in r.get("flags") or [] if isinstance(f, dict)}
+    missing = [k for k in e.flags if k not in raised]
+    if missing and report.mode == "sandboxed":
+        report.problems.append(f"no {', '.join(missing)} flag raised (raised: {', '.join(sorted(map(str, raised))) or 'none'})")
     if r["environment_failure"] and not e.environment_ok:
         env = [f"{x['name']}: {x['message'][:200]}" for x in r["checks"] if x.get("environment")]
         report.problems.append(f"graded as an environment failure, not the submission's: {env}")
