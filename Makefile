@@ -90,7 +90,7 @@ validity: setup
 validity-ci: setup
 	$(TW) verify --validity --ci
 
-ci: lint docs-check test verify variants-ci validity-ci
+ci: lint docs-check test verify variants-ci validity-ci adversarial-ci
 
 bench: setup
 	$(PY) benchmarks/harness_overhead.py
@@ -104,6 +104,10 @@ ADV_UNISOLATED ?=
 adversarial: setup
 	TRAINWRECK_ADVERSARIAL=1 TRAINWRECK_ADVERSARIAL_UNISOLATED=$(ADV_UNISOLATED) $(PY) -m pytest tests/adversarial $(ADV); \
 		rc=$$?; $(PY) -m tests.adversarial.figures; exit $$rc
+
+# CI's tier of it: one case per defence that only a real grading proves (cases.py ci=True; about 3 minutes)
+adversarial-ci: setup
+	TRAINWRECK_ADVERSARIAL=1 $(PY) -m pytest tests/adversarial -m adversarial_ci
 
 clean:
 	rm -rf $(VENV) runs .trainwreck .pytest_cache harness/native/build

@@ -28,6 +28,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "adversarial: a hostile submission, graded for real (make adversarial)")
     config.addinivalue_line("markers", "needs_sandbox: stopped only by the sandbox of issue 11; skipped while "
                                        "grading runs without one")
+    config.addinivalue_line("markers", "adversarial_ci: in CI's tier of the suite (make adversarial-ci)")
     from tests.adversarial.cases import SLUGS
 
     for klass, slug in SLUGS.items():

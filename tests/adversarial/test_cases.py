@@ -61,3 +61,10 @@ def test_grade_one_writes_its_summary_where_told_whatever_the_flags(tmp_path):
                     str(summary), "--sandbox"])
     data = __import__("json").loads(summary.read_text())
     assert data["outcome"] == "refused" and "no-such-exercise" in data["error"]
+
+
+def test_cis_tier_has_one_case_per_defence_of_issue_25_and_stays_short():
+    ci = [c for c in CASES if c.ci]
+    # the environment a role sees, memory from outside (with its flag), faults from outside
+    assert {"fix-when-graded", "patch-psutil", "disarm-kill"} <= {c.id for c in ci}
+    assert sum(c.limit_s for c in ci) <= 900 and all(c.exercise != "slow-input-pipeline" for c in ci)  # no throughput rounds

@@ -6,6 +6,7 @@ nothing a later grading reads, and the honest fix still passes. See README.md.
     make adversarial                                   # the whole suite (about an hour)
     make adversarial ADV="-k hang"                     # one class (a pytest keyword per class)
     make adversarial ADV="-k fifo-checkpoint"          # one case
+    make adversarial-ci                                # CI's tier (cases with ci=True, a few minutes)
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ def _param(case: Case):
              pytest.mark.timeout(case.limit_s + max(HONEST_LIMIT_S, case.limit_s) + 2 * REGRADE_LIMIT_S + case.settle_s + 300)]
     if case.needs_sandbox:
         marks.append(pytest.mark.needs_sandbox)
+    if case.ci:
+        marks.append(pytest.mark.adversarial_ci)
     return pytest.param(case, id=case.id, marks=marks)
 
 
