@@ -119,8 +119,10 @@ def _fault_flags(run: str, run_dir: Path) -> list[Flag]:
     except (OSError, ValueError, AttributeError):
         return []
     return [Flag(kind="fault", run=run, what=f"rank {k.get('rank')} went past step {k.get('planned_step')}, where "
-                 f"its planned kill was, without reaching the point the harness marks: the parent killed it from "
-                 f"outside at step {k.get('seen_step')} (the fault hook was bypassed)")
+                 f"its planned kill was, without reaching the point the harness marks: " + (
+                     f"the parent killed it from outside at step {k.get('seen_step')}" if k.get("killed", 1) else
+                     f"it ran on to step {k.get('seen_step')} and ended before the parent could kill it") +
+                 " (the fault hook was bypassed)")
             for k in kills if isinstance(k, dict) and k.get("how") == "overdue"]
 
 

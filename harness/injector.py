@@ -111,5 +111,32 @@ class FaultInjector:
             fired.append(k)
         return fired
 
+    def settle(self, events: Callable[[int], list[dict[str, Any]]]) -> list[Kill]:
+        """After the run, every record in (a sandboxed run's channel drained): a step fault whose
+        rank went past its step without marking it and ended between two polls, before the parent
+        could kill it (a disarmed hook in a job of a few hundred steps a second), is recorded as
+        ``overdue`` with nothing killed. The restart checks then see no kill (``killed == 0``) and
+        the flag says the hook was bypassed. ``events(rank)``: the rank's verified event records."""
+        missed = []
+        for plan in [p for p in self.pending if p.when == "step"]:
+            recs = [r for r in events(plan.rank) if _attempt(r) == plan.attempt]
+            if any(r.get("kind") == "fault" for r in recs):
+                continue
+            steps = [r["step"] for r in recs if r.get("kind") == "step" and type(r.get("step")) is int]
+            if not steps or max(steps) <= plan.step:
+                continue
+            pid = next((r["pid"] for r in recs if r.get("kind") in ("start", "boot") and type(r.get("pid")) is int), 0)
+            k = Kill(rank=plan.rank, attempt=plan.attempt, when=plan.when, planned_step=plan.step,
+                     seen_step=max(steps), pid=pid, killed=0, t=round(self._clock(), 6), how="overdue")
+            self.pending.remove(plan)
+            self.done.append(k)
+            missed.append(k)
+        return missed
+
     def to_json(self) -> list[dict[str, Any]]:
         return [k.to_json() for k in self.done]
+
+
+def _attempt(rec: dict[str, Any]) -> int | None:
+    a = rec.get("attempt", rec.get("a"))
+    return a if type(a) is int else None

@@ -343,6 +343,8 @@ def launch(
             # After the tree is gone (the channel drains to its end, the work dir is sealed against
             # traps), before _finish reads what the ranks sent.
             summary = iso.close() if iso is not None else None
+            if injector is not None:  # a bypassed kill the polls never caught, from the records all in
+                injector.settle(lambda r: rundir.read_records(rundir.rank_dir(run_dir, r) / rundir.EVENTS, key).valid)
             result = _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, device, cwd,
                              violation, summary, gpus, monitor.stalls,
                              injector.to_json() if injector is not None else None)

@@ -113,7 +113,9 @@ def not_killed(ev: RunEvidence, role: str) -> str | None:
     ``faults_injected``, absent from runs made before the parent performed the kills), so whatever
     restarted the job was the script's own doing."""
     kills = ev.run.get("faults_injected")
-    if kills is None or kills:
+    # a kill the parent recorded with nothing killed (the rank ran past its point and ended between
+    # two polls: harness.injector.settle) is no kill
+    if kills is None or any(isinstance(k, dict) and k.get("killed", 1) for k in kills):
         return None
     planned = (ev.run.get("config") or {}).get("faults") or []
     where = ", ".join(f"rank {f.get('rank')} {'during the first checkpoint write at or after' if f.get('when') == 'save' else 'after'} "

@@ -68,6 +68,35 @@ def test_a_save_fault_is_never_overdue():
     assert inj.poll({0: View(steps=50)}) == []  # no write reached: the checks that need the restart fail it
 
 
+def events(*steps: int, attempt: Any = 0, fault: bool = False) -> list[dict[str, Any]]:
+    recs: list[dict[str, Any]] = [{"kind": "boot", "attempt": attempt, "pid": 77}]
+    recs += [{"kind": "step", "attempt": attempt, "step": s} for s in steps]
+    return recs + ([{"kind": "fault", "attempt": attempt}] if fault else [])
+
+
+@pytest.mark.parametrize("recs, missed", [
+    (events(*range(1, 97)), True),            # past its step, never marked, ended between two polls
+    (events(*range(1, 6)), False),            # never reached its step
+    (events(*range(1, 97), fault=True), False),  # marked: the polls' business, never a miss
+    (events(*range(1, 97), attempt=1), False),   # another attempt's steps
+    (events(*range(1, 97), attempt=0.0), False),  # an attempt that is no int is no attempt's
+])
+def test_a_bypassed_kill_the_polls_missed_is_recorded_after_the_run(recs, missed):
+    inj, k = injector(Fault(rank=1, step=45))
+    out = inj.settle(lambda r: recs if r == 1 else [])
+    assert k.pids == []  # nothing is killed after the run
+    if missed:
+        assert [(x.how, x.killed, x.seen_step, x.pid) for x in out] == [("overdue", 0, 96, 77)]
+        assert inj.to_json()[0]["killed"] == 0 and inj.settle(lambda r: recs) == []  # once
+    else:
+        assert out == [] and inj.to_json() == []
+
+
+def test_a_save_fault_is_never_settled_as_missed():
+    inj, _ = injector(Fault(rank=0, step=5, when="save"))
+    assert inj.settle(lambda r: events(*range(1, 50))) == []
+
+
 @pytest.mark.slow
 def test_a_rank_that_disarms_its_fault_is_killed_from_outside(tmp_path):
     res = launch(LaunchConfig(script=FIXTURES / "disarm_fault.py", run_dir=tmp_path / "run", cwd=tmp_path,

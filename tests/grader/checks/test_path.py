@@ -32,3 +32,6 @@ def test_a_restart_counts_only_after_the_parent_killed_a_rank():
     killed = {**planned, "faults_injected": [{"rank": 1, "how": "marked"}]}
     assert not_killed(SimpleNamespace(run=killed), "resume") is None
     assert not_killed(SimpleNamespace(run=planned), "resume") is None  # a run made before the parent killed
+    # the parent's record of a bypassed kill it could not perform (the rank had ended): no kill
+    missed = {**planned, "faults_injected": [{"rank": 1, "how": "overdue", "killed": 0}]}
+    assert "never killed a rank" in not_killed(SimpleNamespace(run=missed), "resume")
