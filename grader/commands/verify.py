@@ -30,22 +30,27 @@ from grader.errors import EXIT_FAIL, EXIT_OK, UserError
 @click.option("--ci", "ci_only", is_flag=True,
               help="With --variants or --validity: only CI's tier (cases marked ci = true, a few per exercise); "
                    "the whole corpus or suite takes hours on a 2-core machine.")
+@click.option("--case", "cases", multiple=True, metavar="NAME",
+              help="With --validity: only the cases of this name (a rewrite, a mutation, or all-rewrites; "
+                   "repeatable), as --list names them.")
 @click.option("--list", "list_only", is_flag=True,
               help="With --validity: print the generated cases, and those left out with why, without grading.")
 @click.option("--no-sandbox", "no_sandbox", is_flag=True,
               help="Run the graded code without the bubblewrap sandbox (unisolated: only where the sandbox cannot run; "
                    "result.json and every report say so).")
-def command(slugs, device, out, as_json, variants, validity, ci_only, list_only, no_sandbox):
+def command(slugs, device, out, as_json, variants, validity, ci_only, cases, list_only, no_sandbox):
     """Prove every exercise (or SLUGS) fails as shipped and passes with its reference solution."""
     if ci_only and not (variants or validity):
         raise UserError("--ci selects CI's tier of the variant corpus or the validity suite; give it with "
                         "--variants or --validity")
     if list_only and not validity:
         raise UserError("--list prints the validity suite's generated cases; give it with --validity")
+    if cases and not validity:
+        raise UserError("--case picks cases of the validity suite; give it with --validity")
     if variants and validity:
         raise UserError("--variants and --validity are two suites; grade one at a time")
     if validity:
-        _validity(list(slugs), device, out, as_json, not no_sandbox, ci_only, list_only)
+        _validity(list(slugs), device, out, as_json, not no_sandbox, ci_only, list_only, list(cases))
     if variants:
         _variants(list(slugs), device, out, as_json, not no_sandbox, ci_only)
     from grader.exercises import discover
@@ -98,12 +103,20 @@ def _variants(slugs: list[str], device: str, out: Path | None, as_json: bool, sa
 
 
 def _validity(slugs: list[str], device: str, out: Path | None, as_json: bool, sandbox: bool, ci_only: bool,
-              list_only: bool) -> None:
+              list_only: bool, names: list[str] | None = None) -> None:
     from grader.validity.run import grade_case, run_result, summary, write_result
     from grader.validity.suite import build, script_slugs
 
     started = datetime.now().astimezone()
     suites = [build(s, ci_only=ci_only) for s in (slugs or script_slugs())]
+    if names:
+        unknown = [n for n in names if not any(c.name == n for s in suites for c in s.cases)]
+        if unknown:
+            raise UserError(f"--case {unknown[0]}: no such case in {', '.join(s.slug for s in suites)}"
+                            f"{' (CI tier)' if ci_only else ''}; `trainwreck verify --validity SLUG --list` "
+                            "names them")
+        for s in suites:
+            s.cases = [c for c in s.cases if c.name in names]
     if list_only:
         if as_json:
             console.emit_json({"exercises": [console.validity_suite_json(s) for s in suites]})
@@ -122,7 +135,7 @@ def _validity(slugs: list[str], device: str, out: Path | None, as_json: bool, sa
                 console.validity_line(o)
             # the run result after every case: an interrupted run keeps what it graded
             write_result(run_result(outcomes, started, "trainwreck verify --validity " + " ".join(
-                [*slugs, *(["--ci"] if ci_only else [])])), out)
+                [*slugs, *(["--ci"] if ci_only else []), *(f"--case {n}" for n in names or [])])), out)
     if as_json:
         console.emit_json({"cases": [o.to_json() for o in outcomes], "summary": summary(outcomes),
                            "result": str(out / "validity.json")})

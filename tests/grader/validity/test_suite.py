@@ -119,8 +119,16 @@ def test_list_prints_the_cases_without_grading(capsys):
     assert "lr-scaling: 21 rewrites" in out and "mutation revert-hunk-5" in out and "left out drop-line-57" in out
 
 
+def test_case_picks_the_cases_of_that_name(capsys):
+    code, out, _ = _cli(capsys, "verify", "--validity", "lr-scaling", "--list", "--case", "revert-hunk-5")
+    assert code == 0 and "mutation revert-hunk-5" in out and "revert-hunk-1 " not in out
+    assert "rewrite " not in out
+
+
 @pytest.mark.parametrize("args, says", [
     (["verify", "--list"], "--list prints the validity suite's generated cases"),
+    (["verify", "--case", "x"], "--case picks cases of the validity suite"),
+    (["verify", "--validity", "lr-scaling", "--case", "no-such"], "--case no-such: no such case in lr-scaling"),
     (["verify", "--ci"], "--ci selects CI's tier"),
     (["verify", "--variants", "--validity"], "grade one at a time"),
 ])
