@@ -27,12 +27,11 @@ from harness import channel, rundir
 STACK_SIGNAL = signal.SIGUSR1
 SCRATCH = Path("/tmp/.trainwreck")  # sandboxed: the recorder's own files, before they are sent
 SETTINGS_ARG = "--settings-fd="
-# The harness's variables every process of the launch keeps: the process tree's marker (the same
-# for every run, its path a random token in a grading), the channel's socket (one fixed path) and
-# an exercise's artifact store. Every other TRAINWRECK_* is a setting of this run (its faults, its
-# fingerprints, the grading's evidence...): the script must not see it, not even in
-# /proc/self/environ, which keeps the block a process was exec'd with whatever os.environ says.
-VISIBLE = frozenset({rundir.RUN_DIR_ENV, channel.CHANNEL_ENV, "TRAINWRECK_STORE", "TRAINWRECK_STORE_ROOT"})
+# What the script sees: rundir.VISIBLE_ENV; the run's settings come from the environment the
+# launcher gave (unsandboxed) or from the parent over the channel (sandboxed: in no environment
+# block at all), and leave before the script runs, /proc/self/environ included, which keeps the
+# block a process was exec'd with whatever os.environ says.
+VISIBLE = rundir.VISIBLE_ENV
 AGENT_ONLY = frozenset({"TORCH_DISABLE_SHARE_RDZV_TCP_STORE"})  # read by torchrun's agent, never by a rank
 SHOW = "TRAINWRECK_SHOW_"  # TRAINWRECK_SHOW_<NAME>=v: the script sees <NAME>=v (grader.roles)
 SETTINGS_MAX = 60_000  # under a pipe's 64 KiB buffer: written whole before the exec, without a reader
@@ -59,7 +58,7 @@ def main(argv: list[str]) -> int:
         _take_settings(int(argv[0][len(SETTINGS_ARG):]))
         argv = argv[1:]
     else:
-        _exec_without_settings(argv)  # returns only when there are none
+        _settle_environment(argv)  # returns only when no exec is needed
     script, args = argv[0], argv[1:]
     run_dir_s = os.environ.get(rundir.RUN_DIR_ENV)
     if not run_dir_s:
@@ -103,7 +102,7 @@ def main(argv: list[str]) -> int:
         trace=getattr(rec.tracer, "kind", None), trace_why=getattr(rec.tracer, "why_python", None) or None,
     )
     _threads(torch)
-    for name in [k for k in os.environ if k.startswith("TRAINWRECK_") and k not in VISIBLE]:
+    for name in [k for k in os.environ if rundir.is_setting(k)]:
         del os.environ[name]  # read by now; nor do the script's own children inherit them
     # Last before the script: what it does that a fix has no reason to, seen as it happens
     audit.install(lambda what, detail, where: rec.event("audit", what=what, detail=detail, where=where),
@@ -167,15 +166,28 @@ def leave(code: int) -> None:
         os._exit(code)
 
 
-def _exec_without_settings(argv: list[str]) -> None:
-    """Start this rank again, the same pid and argv, in an environment without the run's settings:
-    they come on a pipe instead (``--settings-fd=N``). What the script can see of its environment
-    is then the same in every role a grading runs it in, and as a plain ``trainwreck run`` has it."""
-    settings = {k: v for k, v in os.environ.items() if k.startswith("TRAINWRECK_") and k not in VISIBLE}
-    if not settings:
+def _settle_environment(argv: list[str]) -> None:
+    """The run's settings in hand, and an environment block without them. Unsandboxed they are in
+    the environment the launcher gave; sandboxed the parent hands them over the channel. Where the
+    block holds what the script must not see (a setting, a variable only torchrun's agent reads) or
+    lacks what every role shows (``TRAINWRECK_SHOW_*``), this rank starts again, the same pid and
+    argv, in the environment it should have had, the settings on a pipe (``--settings-fd=N``)."""
+    if not os.environ.get(rundir.RUN_DIR_ENV):
+        return  # not under the harness: the script only
+    settings = {k: v for k, v in os.environ.items() if rundir.is_setting(k)}
+    in_block = bool(settings)
+    if channel.active():
+        try:
+            settings.update(channel.fetch_settings())
+        except OSError as e:
+            raise SystemExit(f"trainwreck: this rank could not get the run's settings from the parent: {e}") from None
+    shown = {k[len(SHOW):]: v for k, v in settings.items() if k.startswith(SHOW) and len(k) > len(SHOW)}
+    if not (in_block or any(k in os.environ for k in AGENT_ONLY)
+            or any(os.environ.get(k) != v for k, v in shown.items())):
+        _apply(settings)
         return
-    env = {k: v for k, v in os.environ.items() if k not in settings and k not in AGENT_ONLY}
-    env.update({k[len(SHOW):]: v for k, v in settings.items() if k.startswith(SHOW) and len(k) > len(SHOW)})
+    env = {k: v for k, v in os.environ.items() if not rundir.is_setting(k) and k not in AGENT_ONLY}
+    env.update(shown)
     data = json.dumps(settings).encode()
     if len(data) > SETTINGS_MAX:
         raise SystemExit(f"trainwreck: the run's settings are {len(data)} bytes, over {SETTINGS_MAX}: "
@@ -191,16 +203,19 @@ def _exec_without_settings(argv: list[str]) -> None:
 
 
 def _take_settings(fd: int) -> None:
-    """The settings ``_exec_without_settings`` sent, back in ``os.environ`` (the process's own copy:
+    """The settings ``_settle_environment`` sent, back in ``os.environ`` (the process's own copy:
     /proc/self/environ does not show them) for the harness to read, then removed before the script."""
     chunks = []
     while chunk := os.read(fd, 1 << 16):
         chunks.append(chunk)
     os.close(fd)
-    for k, v in json.loads(b"".join(chunks)).items():
-        if k.startswith(SHOW):
-            continue
-        os.environ[k] = v
+    _apply(json.loads(b"".join(chunks)))
+
+
+def _apply(settings: dict[str, str]) -> None:
+    for k, v in settings.items():
+        if not k.startswith(SHOW):
+            os.environ[k] = v
     _malloc(os.environ.get(MMAP_THRESHOLD_ENV))
 
 

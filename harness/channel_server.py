@@ -168,6 +168,9 @@ class ChannelServer:
         self._sel = selectors.DefaultSelector()
         self._sel.register(self._listener, selectors.EVENT_READ, None)
         self._conns: dict[int, _Conn] = {}
+        # the run's settings, handed to a rank that asks (harness.bootstrap): never in the sandbox's
+        # environment, where any process of the run could read them (/proc/<pid>/environ)
+        self.settings: dict[str, str] = {}
         self._files: dict[tuple[int, str], object] = {}
         self.ranks: dict[int, RankStats] = {}
         self.refused_peers = 0
@@ -305,7 +308,7 @@ class ChannelServer:
             hello = json.loads(raw)
             mode, name = hello["mode"], str(hello.get("name", ""))
             ok = hello.get("v") == VERSION and (
-                mode == "records" or (mode == "bytes" and name in BYTE_STREAMS)
+                mode in ("records", "settings") or (mode == "bytes" and name in BYTE_STREAMS)
                 or (mode == "file" and FILE_NAME.match(name) and isinstance(hello.get("size"), int)))
         except (ValueError, KeyError, TypeError):
             ok = False
@@ -327,7 +330,10 @@ class ChannelServer:
         c.peer, c.mode, c.name = peer, mode, name
         rdir = rundir.rank_dir(self.run_dir, peer.rank)
         rdir.mkdir(parents=True, exist_ok=True)
-        if mode == "records":
+        if mode == "settings":  # the run's settings, to a rank of this run only; then nothing more
+            c.mode = "refused"
+            self._reply(c, json.dumps(self.settings).encode() + b"\n")
+        elif mode == "records":
             dropped = hello.get("dropped", 0)
             stats.dropped_by_rank += dropped if isinstance(dropped, int) and dropped > 0 else 0
         elif mode == "bytes":

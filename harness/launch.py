@@ -259,6 +259,8 @@ def launch(
     violation: Violation | None = None
     iso = _isolated_run(cfg, run_dir, key, device) if cfg.sandbox else None
     env = build_env(cfg, run_dir, key, device)
+    if iso is not None and iso.server is not None:  # handed to each rank over the channel: in no environment block
+        iso.server.settings = {k: env.pop(k) for k in [k for k in env if rundir.is_setting(k)]}
     store = None
     try:
         if cfg.store and iso is not None:  # the socket in the channel's folder, the one the ranks can reach

@@ -43,6 +43,15 @@ PROFILE_ENV = "TRAINWRECK_PROFILE"  # only under `trainwreck run --profile` (har
 # A plain `trainwreck run` goes without them: they are most of the step hook's cost.
 GRADING_EVIDENCE_ENV = "TRAINWRECK_GRADING_EVIDENCE"
 PG_TIMEOUT_ENV = "TRAINWRECK_PG_TIMEOUT"  # only when the launch asks for a process-group timeout
+# The harness's variables every process of a launch keeps: the process tree's marker (its path a
+# random token in a grading), the channel's socket (one fixed path) and an exercise's artifact store.
+# Every other TRAINWRECK_* is a setting of the run (its faults, fingerprints, the grading's
+# evidence...), for the rank's bootstrap only, never for the script (harness.bootstrap).
+VISIBLE_ENV = frozenset({RUN_DIR_ENV, "TRAINWRECK_CHANNEL", "TRAINWRECK_STORE", "TRAINWRECK_STORE_ROOT"})
+
+
+def is_setting(name: str) -> bool:
+    return name.startswith("TRAINWRECK_") and name not in VISIBLE_ENV
 
 EVENTS = "events.jsonl"
 COLLECTIVES = "collectives.jsonl"

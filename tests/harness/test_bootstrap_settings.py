@@ -13,32 +13,18 @@ from grader.roles import FINGERPRINTS, grading_env
 from harness import rundir
 from harness.bootstrap import VISIBLE
 from harness.launch import Fault, LaunchConfig, launch
-from tests.conftest import assert_nothing_left
+from tests.conftest import FIXTURES, assert_nothing_left
 
 pytestmark = pytest.mark.slow
 
-PROBE = """
-import json, os, sys, torch
-with open("/proc/self/environ", "rb") as f:
-    block = dict(kv.split(b"=", 1) for kv in f.read().split(b"\\0") if b"=" in kv)
-with open("/proc/self/cmdline", "rb") as f:
-    cmdline = f.read().decode().split("\\0")
-print("PROBE " + json.dumps({
-    "env": sorted(os.environ), "block": sorted(k.decode() for k in block),
-    "torch": {k: v for k, v in os.environ.items() if k.startswith(("TORCH", "OMP_", "MALLOC_"))},
-    "max_restarts": os.environ.get("TORCHELASTIC_MAX_RESTARTS"), "threads": torch.get_num_threads(),
-    "cmdline": cmdline[:-3] + [os.path.basename(a) for a in cmdline[-3:]], "argv": sys.argv[1:]}), flush=True)
-"""
 # Different in every launch by design (a fresh rendezvous, its own run dir), not by role
 PER_LAUNCH = {"MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"}
 
 
 def probe(tmp_path, name, **cfg) -> dict:
-    script = tmp_path / "probe.py"
-    script.write_text(PROBE)
     run_dir = tmp_path / name
-    res = launch(LaunchConfig(script=script, script_args=["--steps", "3"], nproc=1, run_dir=run_dir,
-                              cwd=tmp_path, **cfg))
+    res = launch(LaunchConfig(script=FIXTURES / "env_probe.py", script_args=["--steps", "3"], nproc=1, run_dir=run_dir,
+                              cwd=tmp_path / f"work-{name}", **cfg))
     assert_nothing_left(run_dir)
     assert res.status == "ok", res.status
     out = (rundir.rank_dir(run_dir, 0) / rundir.STDOUT).read_text()
@@ -63,3 +49,21 @@ def test_no_role_of_a_grading_sees_its_settings_nor_a_plain_run_its_grading(tmp_
     # the grading's settings applied, the same in each of its roles, whatever the launch allowed
     assert main["threads"] == resume["threads"] == 1
     assert main["max_restarts"] == resume["max_restarts"] == "1" and plain["max_restarts"] == "0"
+
+
+def test_sandboxed_no_process_of_the_run_holds_the_settings(tmp_path):
+    """Sandboxed, the settings come over the channel: neither the rank's block, nor the launcher's,
+    nor the sandbox init's holds one, and every role still sees the same."""
+    from harness import sandbox
+
+    if not sandbox.probe().ok:
+        pytest.skip(sandbox.probe().reason)
+    main = probe(tmp_path, "main", env=grading_env(), sandbox=True)
+    resume = probe(tmp_path, "resume", env=grading_env(dict(FINGERPRINTS)), max_restarts=1, sandbox=True,
+                   faults=[Fault(rank=0, step=50)])
+    for seen in (main, resume):
+        assert seen["others"][next(iter(seen["others"]))] is not None  # the launcher's block was read
+        for names in [seen["env"], seen["block"], *(b for b in seen["others"].values() if b)]:
+            assert not [k for k in names if k.startswith("TRAINWRECK_") and k not in VISIBLE], names
+    assert set(main["env"]) - PER_LAUNCH == set(resume["env"]) - PER_LAUNCH
+    assert main["threads"] == resume["threads"] == 1 and main["max_restarts"] == resume["max_restarts"] == "1"

@@ -216,6 +216,18 @@ def test_files_travel_whole_or_not_at_all(server, tmp_path, size, cap, stored_ok
     assert (rundir.FINAL_PARAMS in stats["ranks"]["0"]["refused_files"]) != stored_ok
 
 
+def test_a_rank_gets_the_runs_settings_and_a_process_that_is_no_rank_gets_nothing(server, tmp_path):
+    srv = server()
+    srv.settings = {"TRAINWRECK_FAULTS": '[{"rank": 1, "step": 45}]', "TRAINWRECK_THREADS": "1"}
+    assert channel.fetch_settings() == srv.settings
+    settle(srv)
+    stranger = server(identify=lambda pid: None)
+    stranger.settings = {"TRAINWRECK_FAULTS": "[]"}
+    with pytest.raises(OSError, match="sent no settings"):
+        channel.fetch_settings(timeout_s=5)
+    assert settle(stranger)["refused_peers"] == 1
+
+
 def test_a_file_shorter_than_announced_is_dropped(server, tmp_path):
     srv = server()
     raw(srv.path, hello("file", name=rundir.FINAL_PARAMS, size=100) + b"z" * 50)
