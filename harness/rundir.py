@@ -15,10 +15,12 @@ Layout (documented for users in docs/run-dir.md)::
         stacks.txt              faulthandler dumps, on request
         final_params.safetensors  optimizer parameters at exit (its sha256 is in the signed exit event)
 
-Every JSON line written by a rank carries ``mac``: an HMAC of the record under a per-run key that
-the parent hands the rank bootstrap in its environment and the bootstrap removes before the
-user's script runs. The key is written to run.json only after every rank has exited. A line the
-script wrote itself (or edited) fails verification and is reported, never counted.
+Every JSON line written by a rank carries ``mac``: an HMAC of the record under a per-run key. In
+an unisolated run the parent hands it to the rank bootstrap in its environment and the bootstrap
+execs itself without it before the user's script runs (harness.bootstrap); sandboxed, no rank
+holds it and the parent signs what arrives over the channel. The key is written to run.json only
+after every rank has exited. A line the script wrote itself (or edited) fails verification and is
+reported, never counted.
 """
 
 from __future__ import annotations
