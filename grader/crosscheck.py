@@ -18,14 +18,14 @@ off in the median."""
 from __future__ import annotations
 
 import statistics
-from bisect import bisect_left
 from pathlib import Path
 from typing import Any
 
+from grader.evidence.memory import interpolate
 from grader.result import Flag
 from harness import rundir
+from harness.isolation import PROC_SAMPLES
 
-PROC = "proc.jsonl"
 MIN_MB = 10.0
 MIN_REL = 0.03
 MIN_STEPS = 8  # sampled steps, at least, to judge a rank's reports
@@ -36,7 +36,7 @@ def disagreements(run: str, run_dir: Path, key: str) -> list[Flag]:
     for r in rundir.ranks_in(run_dir):
         rdir = rundir.rank_dir(run_dir, r)
         steps = [e for e in rundir.read_records(rdir / rundir.EVENTS, key).valid if e.get("kind") == "step"]
-        samples = rundir.read_records(rdir / PROC, key).valid
+        samples = rundir.read_records(rdir / PROC_SAMPLES, key).valid
         for attempt in sorted({_attempt(e) for e in steps}):
             flag = _memory(run, r, attempt, [e for e in steps if _attempt(e) == attempt],
                            [s for s in samples if s.get("a") == attempt])
@@ -60,17 +60,13 @@ def _memory(run: str, rank: int, attempt: int, steps: list[dict[str, Any]],
                  and (y := _num(s.get("rss_mb"))) is not None)
     if len(pts) < 2:
         return None
-    ts = [t for t, _ in pts]
+    ts, ys = [t for t, _ in pts], [y for _, y in pts]
     diffs, levels = [], []
     for e in steps:
         said, at = _num(e.get("rss_mb")), _num(e.get("rt"))
-        if said is None or at is None:
-            continue
-        i = bisect_left(ts, at)
-        if i == 0 or i >= len(ts):
+        if said is None or at is None or not ts[0] < at <= ts[-1]:
             continue  # outside the sampled span: nothing of the parent's to hold it against
-        (t0, y0), (t1, y1) = pts[i - 1], pts[i]
-        seen = y0 + (y1 - y0) * (at - t0) / (t1 - t0) if t1 > t0 else y1
+        seen = interpolate(ts, ys, at)
         diffs.append(said - seen)
         levels.append(seen)
     if len(diffs) < MIN_STEPS:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from harness.launch import Fault
-from harness.rundir import GRADING_EVIDENCE_ENV
+from harness.rundir import GRADING_EVIDENCE_ENV, MMAP_THRESHOLD_ENV, SHOW_PREFIX, THREADS_ENV
 
 
 class Role(StrEnum):
@@ -53,32 +53,30 @@ FINGERPRINTS = (("TRAINWRECK_FINGERPRINT", "1"),)  # per-step parameter fingerpr
 # losses) pins the heap's top: RSS grew ~0.45 MB per step with no memory retained (heap in use flat;
 # memory-leak/valid-no-grad-only, graded twice). A fixed threshold keeps big blocks mapped and given
 # back when freed, so RSS measures what is held (the same variant, 4 sandboxed runs: +0.005 to +0.006
-# MB per step). The sandbox passes the run's MALLOC_* settings (harness.sandbox.ENV_PREFIXES).
+# MB per step). The bootstrap sets it with mallopt, as MALLOC_MMAP_THRESHOLD_ would.
 # Every grading run also records the work behind each step and the memory counts
 # (rundir.GRADING_EVIDENCE_ENV), which a plain `trainwreck run` leaves out.
 # And one intra-op thread per rank in every role, whatever the world size (torchrun leaves a one-rank
 # job all the machine's threads) and whatever the grader's own environment says: the same arithmetic,
 # the same reduction order and the same share of the cores for the submission and the reference.
 # All of them are the harness's settings, applied by the rank's bootstrap (mallopt, set_num_threads)
-# and never in the environment the script sees (harness.bootstrap.VISIBLE): a script cannot tell a
+# and never in the environment the script sees (harness.rundir.VISIBLE_ENV): a script cannot tell a
 # grading from a plain run, nor one role from another, by its variables (docs/sandbox.md lists what
 # still differs, and why).
 # The rendezvous store is not shared with the workers in any role: the kill-and-restart roles need
 # that (harness.launch: gloo restarts fail otherwise), and one role launched otherwise than the rest
 # would show its workers TORCHELASTIC_USE_AGENT_STORE=False where the others see True.
-GRADING_ENV = (("TRAINWRECK_MMAP_THRESHOLD", str(128 * 1024)), (GRADING_EVIDENCE_ENV, "1"), ("TRAINWRECK_THREADS", "1"),
-               ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"))
-# What every run of a grading shows the script as TORCHELASTIC_MAX_RESTARTS, whatever its own launch
-# allows: torchrun sets it from --max-restarts, and a first attempt that saw 1 where the main run sees
-# 0 would know a kill is coming.
-SHOWN_MAX_RESTARTS = "TRAINWRECK_SHOW_TORCHELASTIC_MAX_RESTARTS"
+# Every role shows the script TORCHELASTIC_MAX_RESTARTS=1, whatever its own launch allows (the most
+# any role of a grading gets is one restart): torchrun sets it from --max-restarts, and a first
+# attempt that saw 1 where the main run sees 0 would know a kill is coming.
+SHOWN_MAX_RESTARTS = SHOW_PREFIX + "TORCHELASTIC_MAX_RESTARTS"
+GRADING_ENV = ((MMAP_THRESHOLD_ENV, str(128 * 1024)), (GRADING_EVIDENCE_ENV, "1"), (THREADS_ENV, "1"),
+               ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"), (SHOWN_MAX_RESTARTS, "1"))
 
 
-def grading_env(extra: dict[str, str] | None = None, shown_max_restarts: int = 1) -> dict[str, str]:
-    """A grading run's environment: ``GRADING_ENV``, then what the run's request adds (fingerprints).
-    ``shown_max_restarts``: what every role shows the script (one for all: the most any role of a
-    grading gets is one restart)."""
-    return {**dict(GRADING_ENV), SHOWN_MAX_RESTARTS: str(shown_max_restarts), **(extra or {})}
+def grading_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """A grading run's environment: ``GRADING_ENV``, then what the run's request adds (fingerprints)."""
+    return {**dict(GRADING_ENV), **(extra or {})}
 
 
 @dataclass

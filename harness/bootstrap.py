@@ -27,13 +27,12 @@ from harness import channel, rundir
 STACK_SIGNAL = signal.SIGUSR1
 SCRATCH = Path("/tmp/.trainwreck")  # sandboxed: the recorder's own files, before they are sent
 SETTINGS_ARG = "--settings-fd="
-# What the script sees: rundir.VISIBLE_ENV; the run's settings come from the environment the
+# What the script sees of the harness: rundir.VISIBLE_ENV; the run's settings come from the environment the
 # launcher gave (unsandboxed) or from the parent over the channel (sandboxed: in no environment
 # block at all), and leave before the script runs, /proc/self/environ included, which keeps the
 # block a process was exec'd with whatever os.environ says.
-VISIBLE = rundir.VISIBLE_ENV
 AGENT_ONLY = frozenset({"TORCH_DISABLE_SHARE_RDZV_TCP_STORE"})  # read by torchrun's agent, never by a rank
-SHOW = "TRAINWRECK_SHOW_"  # TRAINWRECK_SHOW_<NAME>=v: the script sees <NAME>=v (grader.roles)
+SHOW = rundir.SHOW_PREFIX
 SETTINGS_MAX = 60_000  # under a pipe's 64 KiB buffer: written whole before the exec, without a reader
 
 
@@ -216,11 +215,9 @@ def _apply(settings: dict[str, str]) -> None:
     for k, v in settings.items():
         if not k.startswith(SHOW):
             os.environ[k] = v
-    _malloc(os.environ.get(MMAP_THRESHOLD_ENV))
+    _malloc(os.environ.get(rundir.MMAP_THRESHOLD_ENV))
 
 
-MMAP_THRESHOLD_ENV = "TRAINWRECK_MMAP_THRESHOLD"  # bytes (grader.roles.GRADING_ENV says why)
-THREADS_ENV = "TRAINWRECK_THREADS"  # intra-op threads per rank (grader.roles.GRADING_ENV)
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 
 
@@ -238,7 +235,7 @@ def _malloc(threshold: str | None) -> None:
 
 
 def _threads(torch) -> None:
-    n = os.environ.pop(THREADS_ENV, "")
+    n = os.environ.pop(rundir.THREADS_ENV, "")
     if n:
         torch.set_num_threads(int(n))
 

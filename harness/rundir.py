@@ -45,6 +45,9 @@ PROFILE_ENV = "TRAINWRECK_PROFILE"  # only under `trainwreck run --profile` (har
 # A plain `trainwreck run` goes without them: they are most of the step hook's cost.
 GRADING_EVIDENCE_ENV = "TRAINWRECK_GRADING_EVIDENCE"
 PG_TIMEOUT_ENV = "TRAINWRECK_PG_TIMEOUT"  # only when the launch asks for a process-group timeout
+MMAP_THRESHOLD_ENV = "TRAINWRECK_MMAP_THRESHOLD"  # bytes: glibc's, fixed by the bootstrap (grader.roles says why)
+THREADS_ENV = "TRAINWRECK_THREADS"  # intra-op threads per rank, set by the bootstrap (grader.roles)
+SHOW_PREFIX = "TRAINWRECK_SHOW_"  # TRAINWRECK_SHOW_<NAME>=v: the script sees <NAME>=v (grader.roles)
 # The harness's variables every process of a launch keeps: the process tree's marker (its path a
 # random token in a grading), the channel's socket (one fixed path) and an exercise's artifact store.
 # Every other TRAINWRECK_* is a setting of the run (its faults, fingerprints, the grading's

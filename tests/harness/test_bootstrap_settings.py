@@ -11,8 +11,8 @@ import pytest
 
 from grader.roles import FINGERPRINTS, grading_env
 from harness import rundir
-from harness.bootstrap import VISIBLE
 from harness.launch import Fault, LaunchConfig, launch
+from harness.rundir import VISIBLE_ENV as VISIBLE
 from tests.conftest import FIXTURES, assert_nothing_left
 
 pytestmark = pytest.mark.slow
