@@ -1,7 +1,7 @@
 """Launching a script across ranks with torchrun's semantics and watching it from outside.
 
-The parent never imports torch (start-up stays fast). It starts ``python -m torch.distributed.run``
-(the elastic launcher itself, so rendezvous, restarts and signal handling are torch's own) with
+The parent never imports torch (start-up stays fast). It starts torchrun's elastic agent itself
+(``harness.agent``: rendezvous, restarts and signal handling are torch's own), with
 ``harness.bootstrap`` as the per-rank entry, then polls the run dir: progress for the live display,
 and the hang watchdog. Whatever happens (ok, crash, hang, timeout, Ctrl-C), the whole process tree
 is ended and ``run.json`` is written; an outcome is a status, never an exception.
@@ -9,6 +9,7 @@ is ended and ``run.json`` is written; an outcome is a status, never an exception
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -190,14 +191,25 @@ def default_run_dir(script: Path) -> Path:
     return Path("runs") / f"{script.stem}-{stamp}"
 
 
-def build_command(cfg: LaunchConfig) -> list[str]:
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={cfg.nproc}",
-           f"--nnodes={cfg.nnodes}", f"--max-restarts={cfg.max_restarts}"]
+# The process the launcher starts, the same for every run: torchrun's options arrive on its stdin
+# (harness.agent), so no rank can read its role (--max-restarts) in the agent's /proc cmdline.
+AGENT = ["-m", "harness.agent"]
+
+
+def torchrun_args(cfg: LaunchConfig) -> list[str]:
+    """torchrun's options and the per-rank entry, as ``torchrun`` would take them."""
+    args = [f"--nproc-per-node={cfg.nproc}", f"--nnodes={cfg.nnodes}", f"--max-restarts={cfg.max_restarts}"]
     if cfg.rdzv_endpoint:
-        cmd += ["--rdzv-backend=c10d", f"--rdzv-endpoint={cfg.rdzv_endpoint}", f"--rdzv-id={cfg.rdzv_id}"]
+        args += ["--rdzv-backend=c10d", f"--rdzv-endpoint={cfg.rdzv_endpoint}", f"--rdzv-id={cfg.rdzv_id}"]
     else:
-        cmd += ["--standalone"]
-    return cmd + ["-m", "harness.bootstrap", str(cfg.script.resolve()), *cfg.script_args]
+        args += ["--standalone"]
+    return args + ["-m", "harness.bootstrap", str(cfg.script.resolve()), *cfg.script_args]
+
+
+def build_command(cfg: LaunchConfig) -> list[str]:
+    """The equivalent torchrun command line, for run.json and the reader (the launch itself starts
+    ``python -m harness.agent`` and hands it ``torchrun_args`` on stdin)."""
+    return [sys.executable, "-m", "torch.distributed.run", *torchrun_args(cfg)]
 
 
 def build_env(cfg: LaunchConfig, run_dir: Path, key: str, device: str) -> dict[str, str]:
@@ -251,7 +263,7 @@ def launch(
     key = rundir.new_key()
     started = time.time()
     started_iso = datetime.now(UTC).isoformat(timespec="seconds")
-    cmd = build_command(cfg)
+    cmd = [sys.executable, *AGENT]
     cwd = Path(cfg.cwd).resolve() if cfg.cwd is not None else Path.cwd()
     monitor = Monitor(run_dir, startup_timeout=cfg.startup_timeout, hang_timeout=cfg.hang_timeout,
                       key=key, tee=tee, world_size=cfg.nproc * cfg.nnodes, stall_timeout=cfg.stall_timeout)
@@ -273,12 +285,13 @@ def launch(
         if iso is not None:
             wrapped = iso.wrap(cmd, env)
             proc = psutil.Popen(wrapped.argv, env=wrapped.env, stdout=iso.output_fd(), stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True)
+                                stdin=subprocess.PIPE, cwd=cwd, start_new_session=True)
             iso.started(proc.pid)
         else:
             with open(run_dir / "launcher.log", "ab") as log:
-                proc = psutil.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                proc = psutil.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
                                     cwd=cwd, start_new_session=True)
+        _hand_args(proc, torchrun_args(cfg))
     except BaseException as e:
         if store:
             store.stop()
@@ -410,6 +423,18 @@ def _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, de
         **({"faults_injected": faults_injected} if faults_injected is not None else {}),
     })
     return result
+
+
+def _hand_args(proc: psutil.Popen, args: list[str]) -> None:
+    """torchrun's options to the agent on its stdin, then EOF. An agent that died before reading
+    them leaves a broken pipe here: its exit is the outcome the loop below reports."""
+    try:
+        proc.stdin.write(json.dumps(args).encode())
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
 
 
 def _pg_timeout(cfg: LaunchConfig, run_dir: Path, key: str) -> dict[str, Any] | None:

@@ -1,6 +1,6 @@
 """The run's settings reach the harness, never the script: a probe launched as a plain run, as a
 grading's main run and as a grading's kill-and-restart role sees the same environment (its own copy
-and the block /proc/self/environ keeps), the same command line and, in a grading, the settings
+and the block /proc/self/environ keeps), the same command line, its launcher's too, and, in a grading, the settings
 applied (one intra-op thread, the same TORCHELASTIC_MAX_RESTARTS in every role)."""
 
 from __future__ import annotations
@@ -44,6 +44,9 @@ def test_no_role_of_a_grading_sees_its_settings_nor_a_plain_run_its_grading(tmp_
     names = [set(s["env"]) - PER_LAUNCH for s in (plain, main, resume)]
     assert names[0] == names[1] == names[2]
     assert plain["cmdline"] == main["cmdline"] == resume["cmdline"]
+    # the agent's command line holds none of torchrun's options (--max-restarts would name the role)
+    assert plain["launcher"] == main["launcher"] == resume["launcher"]
+    assert not any(a.startswith("--") for a in resume["launcher"]), resume["launcher"]
     roles = [{k: v for k, v in s["torch"].items() if k not in PER_LAUNCH} for s in (main, resume)]
     assert roles[0] == roles[1]  # values too: the torch and allocator settings a role could read
     # the grading's settings applied, the same in each of its roles, whatever the launch allowed
@@ -66,4 +69,5 @@ def test_sandboxed_no_process_of_the_run_holds_the_settings(tmp_path):
         for names in [seen["env"], seen["block"], *(b for b in seen["others"].values() if b)]:
             assert not [k for k in names if k.startswith("TRAINWRECK_") and k not in VISIBLE], names
     assert set(main["env"]) - PER_LAUNCH == set(resume["env"]) - PER_LAUNCH
+    assert main["launcher"] == resume["launcher"] and not any(a.startswith("--") for a in main["launcher"])
     assert main["threads"] == resume["threads"] == 1 and main["max_restarts"] == resume["max_restarts"] == "1"
