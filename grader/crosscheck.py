@@ -81,3 +81,16 @@ def _memory(run: str, rank: int, attempt: int, steps: list[dict[str, Any]],
                       f"{abs(signed):.0f} MB {'below' if signed < 0 else 'above'} what the parent sampled "
                       f"from /proc at the same steps (median over {len(diffs)} steps; sampled level "
                       f"{level:.0f} MB): the verdict used the parent's samples"))
+
+
+def held_records(run: str, run_dir: Path) -> list[Flag]:
+    """A ``tampering`` flag per rank whose step records the parent received long after records of
+    later steps (``grader.checks._held``): held back in the rank and sent later, whatever time they
+    carry. The step checks already refuse to time or place such steps."""
+    from grader.checks._held import held_back
+    from grader.evidence import load_run
+
+    ev = load_run(run, run_dir)
+    return [Flag(kind="tampering", run=run, what=f"{h.sentence()} (a held record can carry the time it is sent: "
+                 "only the order of arrival shows it)")
+            for r in sorted(ev.ranks) if (h := held_back(ev, r)) is not None]

@@ -8,7 +8,8 @@ Sources, each a ``Flag.kind``:
 - ``tampering``: what the parent's channel and the sampler saw in a sandboxed run of the candidate's
   code (``sandbox.json`` ``tampering``: connections from processes that are no rank, lines that are
   no record, records for another attempt, floods past a cap, truncated logs, refused files, two
-  processes claiming one rank);
+  processes claiming one rank; step records received long after records of later steps, held back in
+  the rank: ``grader.crosscheck.held_records``);
 - ``stray``: processes that left the launcher's tree (a double-forked daemon) and were ended;
 - ``trap``: FIFOs, sockets, devices and symlinks out of the work dir, removed before anything read it;
 - ``limit``: a limit the run went past (memory, processes, disk, files);
@@ -71,6 +72,10 @@ def run_flags(run: str, run_dir: Path) -> list[Flag]:
         out += crosscheck.disagreements(run, run_dir, rundir.load_run(run_dir)["key"])
     except (OSError, ValueError, KeyError, TypeError):
         pass  # no run.json to verify records with: nothing to hold against the samples
+    try:
+        out += crosscheck.held_records(run, run_dir)
+    except Exception:  # a run dir the evidence cannot be read from: the checks say why
+        pass
     for line in box.get("tampering") or []:
         out.append(Flag(kind="tampering", run=run, what=printable(str(line))[:300]))
     strays = box.get("strays") or []

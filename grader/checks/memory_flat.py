@@ -21,7 +21,11 @@
   tensors released as a leak grows must start high). The live tensors' count is evidence only: a few
   kept 0-dim tensors (a history of scalars) grow it by a step's fraction while no memory to speak of
   is retained. A rank that froze objects out of the collector's sight after the harness began
-  counting (``gc_refrozen``) fails: its counts would not see them."""
+  counting (``gc_refrozen``) fails: its counts would not see them.
+
+A rank that held its step records back and sent them later (in one burst at the end: the steps then
+fall between two of the parent's samples, and the series would be what the rank reported) fails:
+a record of a later step reached the parent long before them (``grader.checks._held``)."""
 
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from grader.checks._held import held_back
 from grader.checks.base import Check, CheckResult, CheckSpec, Context, need
 from grader.evidence.memory import rank_series
 
@@ -172,6 +177,12 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     per_rank, worst = {}, None
     for r in sorted(ev.ranks):
         series = rank_series(ev, r)
+        held = held_back(ev, r) if not ev.ranks[r].cuda_alloc_mb else None
+        if held is not None:
+            return CheckResult("memory_flat", False, f"{held.sentence()}: the parent's memory samples cannot be placed "
+                               "on its steps by when their records arrived, so its memory per step cannot be measured "
+                               f"from outside (measured so, it would read {series.what})",
+                               {"held_back": {"rank": r, "step": held.step, "lag_s": held.lag_s, "records": held.held}})
         if len(series.values) < spec.warmup_steps + MIN_POINTS:
             return CheckResult("memory_flat", False,
                                f"rank {r} made {len(series.values)} steps; at least {spec.warmup_steps + MIN_POINTS} "

@@ -4,7 +4,9 @@ slowing every step down to hide it is caught against the reference.
 
 Step times are the parent's: the time between the receive times it stamped on consecutive step
 records (``grader.evidence.steptimes``), so a script that resets or slows the in-rank step timer
-hides nothing; the rank's own ``dt`` only where the run had no record channel.
+hides nothing; the rank's own ``dt`` only where the run had no record channel. A rank that held its
+step records back and sent them later (evenly paced, to erase the stall from their receive times)
+fails: a record of a later step reached the parent long before them (``grader.checks._held``).
 
 With ``writes_off_loop``, checkpoint-sized writes the training thread made between two steps fail
 too, however short the steps they ran in (``grader.evidence.loop_writes``): a stall whose cause is
@@ -19,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from grader.checks._held import held_back
 from grader.checks.base import Check, CheckResult, CheckSpec, Context, need
 from grader.evidence import RunEvidence
 from grader.evidence.loop_writes import LoopWrites, loop_writes
@@ -113,6 +116,12 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     slow_by_rank: dict[int, list[tuple[int, float]]] = {}
     measured = {r: step_times(ev, r) for r in sorted(ev.ranks)}
     evidence["clock"] = "parent" if all(m.source == "parent" for m in measured.values()) else "rank"
+    for r in sorted(ev.ranks):
+        held = held_back(ev, r) if measured[r].source == "parent" else None
+        if held is not None:
+            evidence["held_back"] = {"rank": r, "step": held.step, "lag_s": held.lag_s, "records": held.held}
+            return CheckResult(name, False, f"{held.sentence()}: their receive times say when the rank chose to "
+                               "send them, not when its steps ran, so its step times cannot be measured", evidence)
     for r in sorted(ev.ranks):
         times = measured[r].seconds[spec.warmup_steps:]
         numbers = measured[r].steps[spec.warmup_steps:]
