@@ -13,10 +13,23 @@ machine under a concurrent grading): the honest median of |reported - sampled| 0
 rank, its largest single step 8.7 MB (the broken script leaks ~2 MB a step, and the samples are
 0.25 s apart). A disagreement is a median over the sampled steps above ``MIN_MB`` and ``MIN_REL``
 of the level: 14x the largest honest median; a flat report hiding memory-leak's leak is ~200 MB
-off in the median."""
+off in the median.
+
+CPU: each sample carries the CPU time the rank's own process had used (``cpu_s``: user and system,
+every thread, reaped children). A step of training costs CPU even where a GPU does the arithmetic
+(the forward, backward and optimizer are dispatched from Python); a record costs tens of
+microseconds. Steps the rank claimed between two samples on less than ``CPU_FLOOR_MS`` of CPU each
+were claimed without the work: records held back and released in a burst, or step records made up.
+Measured (300 graded runs drawn at random from the validity gradings of every exercise, 3462
+intervals of 0.25 s holding at least 5 steps, 2-core machine): the cheapest honest interval cost
+2.05 ms of the rank's CPU a step (sampler-replay, about 240 steps/s); the floor is a tenth of that.
+Not measured on a GPU, where the CPU a step costs is launch overhead only; the flag is for the
+interviewer and never changes a verdict. The tree's CPU (DataLoader workers) is not used: it falls
+when a worker exits unreaped."""
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from pathlib import Path
 from typing import Any
@@ -29,6 +42,8 @@ from harness.isolation import PROC_SAMPLES
 MIN_MB = 10.0
 MIN_REL = 0.03
 MIN_STEPS = 8  # sampled steps, at least, to judge a rank's reports
+CPU_FLOOR_MS = 0.2  # a step claimed on less of the rank's CPU than this was not worked
+MIN_CHEAP_STEPS = 20  # claimed below the floor, at least, for a flag: not one short interval's jitter
 
 
 def disagreements(run: str, run_dir: Path, key: str) -> list[Flag]:
@@ -38,10 +53,9 @@ def disagreements(run: str, run_dir: Path, key: str) -> list[Flag]:
         steps = [e for e in rundir.read_records(rdir / rundir.EVENTS, key).valid if e.get("kind") == "step"]
         samples = rundir.read_records(rdir / PROC_SAMPLES, key).valid
         for attempt in sorted({_attempt(e) for e in steps}):
-            flag = _memory(run, r, attempt, [e for e in steps if _attempt(e) == attempt],
-                           [s for s in samples if s.get("a") == attempt])
-            if flag is not None:
-                out.append(flag)
+            mine = [e for e in steps if _attempt(e) == attempt]
+            seen = [s for s in samples if s.get("a") == attempt]
+            out += [f for f in (_memory(run, r, attempt, mine, seen), _cpu(run, r, attempt, mine, seen)) if f]
     return out
 
 
@@ -94,3 +108,22 @@ def held_records(run: str, run_dir: Path) -> list[Flag]:
     return [Flag(kind="tampering", run=run, what=f"{h.sentence()} (a held record can carry the time it is sent: "
                  "only the order of arrival shows it)")
             for r in sorted(ev.ranks) if (h := held_back(ev, r)) is not None]
+
+
+def _cpu(run: str, rank: int, attempt: int, steps: list[dict[str, Any]],
+         samples: list[dict[str, Any]]) -> Flag | None:
+    pts = sorted((t, c) for s in samples if (t := _num(s.get("t"))) is not None
+                 and (c := _num(s.get("cpu_s"))) is not None)
+    received = sorted(t for e in steps if (t := _num(e.get("rt"))) is not None)
+    cheap, cpu = 0, 0.0
+    for (t0, c0), (t1, c1) in zip(pts, pts[1:]):
+        n = bisect.bisect_right(received, t1) - bisect.bisect_right(received, t0)
+        if n and (c1 - c0) * 1000 < CPU_FLOOR_MS * n:
+            cheap, cpu = cheap + n, cpu + max(c1 - c0, 0.0)
+    if cheap < MIN_CHEAP_STEPS:
+        return None
+    return Flag(kind="disagree", run=run,
+                what=(f"rank {rank}{f' (attempt {attempt})' if attempt else ''} claimed {cheap} steps on "
+                      f"{cpu * 1000:.0f} ms of its CPU as the parent sampled it from /proc (under "
+                      f"{CPU_FLOOR_MS:g} ms a step; an honest step costs 2 ms and more here): steps claimed "
+                      "without the work, records held back or made up"))

@@ -20,7 +20,8 @@ Sources, each a ``Flag.kind``:
   kit's files opened, another process's ``/proc`` read, files written outside the working directory,
   ``ctypes`` libraries, programs started), however its text spelled it;
 - ``disagree``: what a rank reported about itself that the parent's own observation contradicts
-  (``grader.crosscheck``: its memory against the parent's samples from ``/proc``).
+  (``grader.crosscheck``: its memory against the parent's samples from ``/proc``, and steps claimed on
+  less CPU than a step costs).
 
 Only runs of the candidate's code are read (the main run, the other world sizes, the resumed runs,
 the candidate's throughput rounds): the reference, the broken baseline and the compute bound are

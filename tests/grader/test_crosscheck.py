@@ -41,3 +41,27 @@ def test_the_flag_reaches_the_grading_from_a_sandboxed_run(tmp_path):
     run = sandboxed_run(tmp_path / "main", inside_rss=lambda s: 100.0, outside_rss=lambda s: 100.0 + 3.0 * s)
     rundir.atomic_write_json(run / "sandbox.json", {"isolated": True})
     assert [f.kind for f in flags_mod.run_flags("main", run)] == ["disagree", "disagree"]
+
+
+def test_steps_released_in_a_burst_are_flagged_for_the_cpu_they_did_not_cost(tmp_path):
+    """Held back and sent at the end: 40 steps arrive between the last two samples, on 1 ms of CPU."""
+    burst = flags(tmp_path, inside_rss=lambda s: 300.0, outside_rss=lambda s: 300.0, steps=60,
+                  received=lambda s: float(s) + 0.01 if s <= 20 else 59.5 + s / 1000,
+                  cpu=lambda s: float(min(s, 58)) * 0.004 + (0.001 if s == 60 else 0.0))
+    assert [f.kind for f in burst] == ["disagree", "disagree"]
+    assert re.search(r"rank 0 claimed 4\d steps on \d+ ms of its CPU", burst[0].what), burst[0].what
+
+
+def test_honest_steps_at_the_cheapest_measured_cost_are_not_flagged(tmp_path):
+    # 2.05 ms of CPU a step was the cheapest honest interval measured; here 1 ms, twice under it
+    assert flags(tmp_path, inside_rss=lambda s: 300.0, outside_rss=lambda s: 300.0, cpu=lambda s: s * 0.001) == []
+
+
+def test_a_few_cheap_steps_are_jitter_not_a_flag(tmp_path, monkeypatch):
+    def cheap(s):  # no CPU at all over two intervals of 2 steps each: 4 steps claimed cheaply
+        return 0.004 * (s - (2 if s >= 20 else 0) - (2 if s >= 40 else 0))
+
+    assert flags(tmp_path, inside_rss=lambda s: 300.0, outside_rss=lambda s: 300.0, cpu=cheap) == []
+    monkeypatch.setattr(crosscheck, "MIN_CHEAP_STEPS", 4)  # the same run, counted: 4 cheap steps
+    assert "claimed 4 steps on 0 ms" in flags(tmp_path / "again", inside_rss=lambda s: 300.0,
+                                               outside_rss=lambda s: 300.0, cpu=cheap)[0].what

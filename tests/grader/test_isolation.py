@@ -26,17 +26,19 @@ SLUG = "memory-leak"
 
 # ---- memory from outside ---------------------------------------------------------------------
 
-def sandboxed_run(root: Path, inside_rss, outside_rss, steps: int = 60, sample_every: int = 2) -> Path:
-    """Step records whose own ``rss_mb`` says ``inside_rss(s)``, and the parent's samples of the
-    rank's processes (``proc.jsonl``) saying ``outside_rss(t)``, one every ``sample_every`` steps."""
+def sandboxed_run(root: Path, inside_rss, outside_rss, steps: int = 60, sample_every: int = 2,
+                  received=lambda s: float(s) + 0.01, cpu=float) -> Path:
+    """Step records whose own ``rss_mb`` says ``inside_rss(s)``, received at ``received(s)``, and the
+    parent's samples of the rank's processes (``proc.jsonl``) saying ``outside_rss(t)`` and ``cpu(s)``
+    seconds of CPU, one every ``sample_every`` steps."""
     b = RunDirBuilder(root, sandbox={"isolated": True})
     for r in range(2):
         for s in range(1, steps + 1):
-            b.event(r, kind="step", attempt=0, t=float(s), rt=float(s) + 0.01, step=s, dt=1.0,
+            b.event(r, kind="step", attempt=0, t=float(s), rt=received(s), step=s, dt=1.0,
                     rss_mb=inside_rss(s), lr=[0.1])
             if s % sample_every == 0:
                 b.add(r, "proc.jsonl", a=0, t=float(s) + 0.3, pid=100 + r, rss_mb=outside_rss(s),
-                      tree_rss_mb=outside_rss(s), cpu_s=float(s), tree_cpu_s=float(s), threads=4, procs=1)
+                      tree_rss_mb=outside_rss(s), cpu_s=cpu(s), tree_cpu_s=cpu(s), threads=4, procs=1)
         b.exit(r, t=steps + 1.0, steps=steps)
     return b.build()
 
