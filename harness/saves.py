@@ -574,6 +574,10 @@ def file_history(ops: list[FileOp]) -> dict[str, FileState]:
     now: dict[str, FileOp | None] = {}  # path -> the write whose bytes it holds now (None: nothing)
     running: dict[str, FileOp] = {}  # path -> a write into it still running
     moved: dict[tuple[int, int, int], str] = {}  # a running write whose file was renamed: where it now is
+    # path -> the ranks that began a write into it since it was last moved away: a rename publishes
+    # all of them (two ranks racing through one .tmp name are both the final file's writers, even
+    # when the second rename fails because the first took the file)
+    wrote_since: dict[str, set[int]] = {}
 
     def state(p: str) -> FileState:
         return states.setdefault(p, FileState(p))
@@ -590,6 +594,7 @@ def file_history(ops: list[FileOp]) -> dict[str, FileState]:
             put(src, t, None)
         if held is not None:
             state(dst).writers.add(held.rank)
+        state(dst).writers.update(wrote_since.pop(src, ()))
         put(dst, t, held)
         state(dst).published = True
         w = running.pop(src, None)
@@ -605,6 +610,7 @@ def file_history(ops: list[FileOp]) -> dict[str, FileState]:
         if not is_end:
             put(path, t, None)
             state(path).writers.add(op.rank)
+            wrote_since.setdefault(path, set()).add(op.rank)
             running[path] = op
             if op.t_end is None:  # the writer died mid-write
                 state(path).torn.append(op)

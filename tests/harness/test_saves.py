@@ -53,6 +53,22 @@ def test_two_ranks_writing_one_path_are_both_writers():
     assert file_history(file_ops(recs))["/w/same.pt"].writers == {0, 1}
 
 
+def test_ranks_racing_through_one_tmp_name_are_all_writers_of_what_it_publishes():
+    """Both ranks save c.tmp, rank 0's rename takes it, rank 1's finds it gone: c.pt holds one
+    rank's bytes, but both wrote it (which one's it holds is the race)."""
+    recs = {r: [rec(1, "begin", path="/w/c.tmp", t=1.0 + r / 10), rec(1, "end", t=2.0 + r / 10, bytes=10),
+                rec(2, "begin", op="rename", path="/w/c.pt", src="/w/c.tmp", t=2.5 + r / 10),
+                rec(2, "error" if r else "end", op="rename", t=2.6 + r / 10,
+                    **({"err": "FileNotFoundError"} if r else {}))] for r in (0, 1)}
+    hist = file_history(file_ops(recs))
+    assert hist["/w/c.pt"].writers == {0, 1} and len(hist["/w/c.pt"].versions) == 1
+    # one rank alone through the same name, then the other through its own: one writer each
+    alone = {0: ATOMIC, 1: [dict(r, path=r["path"].replace("/w/c", "/w/d")) if "path" in r else r for r in ATOMIC]}
+    alone[1] = [dict(r, src="/w/d.tmp") if "src" in r else r for r in alone[1]]
+    hist = file_history(file_ops(alone))
+    assert hist["/w/c.pt"].writers == {0} and hist["/w/d.pt"].writers == {1}
+
+
 @pytest.mark.slow
 def test_a_real_run_is_traced_from_outside(tmp_path):
     res = launch(LaunchConfig(script=FIXTURES / "saves.py", run_dir=tmp_path / "run", cwd=tmp_path))
