@@ -70,8 +70,13 @@ def _num(x: Any) -> float | None:
 
 def _memory(run: str, rank: int, attempt: int, steps: list[dict[str, Any]],
             samples: list[dict[str, Any]]) -> Flag | None:
+    # only samples up to the attempt's last step record: a sample after it may be of the process being
+    # torn down (a rank killed by the parent was sampled at 8 MB as it went, which the steps between
+    # the last live sample and that one were interpolated toward: a rank that said nothing false
+    # was flagged 16 MB off in the hostile suite's walk-objects)
+    last = max((rt for e in steps if (rt := _num(e.get("rt"))) is not None), default=None)
     pts = sorted((t, y) for s in samples if (t := _num(s.get("t"))) is not None
-                 and (y := _num(s.get("rss_mb"))) is not None)
+                 and (y := _num(s.get("rss_mb"))) is not None and (last is None or t <= last))
     if len(pts) < 2:
         return None
     ts, ys = [t for t, _ in pts], [y for _, y in pts]

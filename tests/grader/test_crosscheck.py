@@ -65,3 +65,19 @@ def test_a_few_cheap_steps_are_jitter_not_a_flag(tmp_path, monkeypatch):
     monkeypatch.setattr(crosscheck, "MIN_CHEAP_STEPS", 4)  # the same run, counted: 4 cheap steps
     assert "claimed 4 steps on 0 ms" in flags(tmp_path / "again", inside_rss=lambda s: 300.0,
                                                outside_rss=lambda s: 300.0, cpu=cheap)[0].what
+
+
+def test_a_sample_of_a_killed_rank_being_torn_down_is_not_held_against_its_reports(tmp_path):
+    """A rank the parent killed from outside: 30 steps sampled at 300 MB, then 40 steps that arrived
+    after the last live sample, and one more sample as the process went (8 MB). Its reports (300 MB)
+    were true; the steps are not interpolated toward the dying process's sample."""
+    from tests.grader.rundirs import RunDirBuilder
+
+    b = RunDirBuilder(tmp_path / "main", sandbox={"isolated": True})
+    for s in range(1, 71):
+        rt = float(s) + 0.01 if s <= 30 else 30.4 + 0.005 * (s - 30)
+        b.event(0, kind="step", attempt=0, t=rt, rt=rt, step=s, dt=1.0, rss_mb=300.0, lr=[0.1])
+    for s in range(2, 31, 2):
+        b.add(0, "proc.jsonl", a=0, t=float(s) + 0.3, pid=100, rss_mb=300.0, tree_rss_mb=300.0, procs=1)
+    b.add(0, "proc.jsonl", a=0, t=30.7, pid=100, rss_mb=8.0, tree_rss_mb=8.0, procs=1)
+    assert crosscheck.disagreements("main", b.build(), KEY) == []
