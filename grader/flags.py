@@ -18,7 +18,8 @@ Sources, each a ``Flag.kind``:
   marking it (``run.json`` ``faults_injected``, ``how = "overdue"``: the fault hook was bypassed);
 - ``behaviour``: what the script did at run time that a fix has no reason to (``harness.audit``: the
   kit's files opened, another process's ``/proc`` read, files written outside the working directory,
-  ``ctypes`` libraries, programs started), however its text spelled it;
+  ``ctypes`` libraries, programs started), however its text spelled it; and from the save trace,
+  ``torch.save`` to a path outside the working directory (torch's own file writer, unseen by the hook);
 - ``disagree``: what a rank reported about itself that the parent's own observation contradicts
   (``grader.crosscheck``: its memory against the parent's samples from ``/proc``, and steps claimed on
   less CPU than a step costs).
@@ -65,7 +66,7 @@ def _read_summary(run_dir: Path) -> dict | None:
 def run_flags(run: str, run_dir: Path) -> list[Flag]:
     """The flags one run of the candidate's code left in its ``run.json`` (kills it evaded) and,
     sandboxed, its ``sandbox.json``."""
-    out: list[Flag] = _fault_flags(run, run_dir) + _audit_flags(run, run_dir)
+    out: list[Flag] = _fault_flags(run, run_dir) + _audit_flags(run, run_dir) + _save_flags(run, run_dir)
     box = _read_summary(run_dir)
     if not box or not box.get("isolated"):
         return out
@@ -116,6 +117,38 @@ def _audit_flags(run: str, run_dir: Path) -> list[Flag]:
             seen.add((what, detail))
             out.append(Flag(kind="behaviour", run=run, what=f"rank {r} {AUDIT_WHAT.get(what, what)} {detail}",
                             where=printable(str(rec.get("where")))[:120]))
+    return out
+
+
+SAVE_TEMP = ("/tmp/", "/dev/shm/")
+
+
+def _save_flags(run: str, run_dir: Path) -> list[Flag]:
+    """``torch.save`` of the script to a path outside its working directory and the temporary
+    folders, from the save trace (``harness.saves``): torch writes a path with its own C++ file
+    writer, which no ``open`` audit event sees (``harness.audit``), so the trace is where such a
+    write shows. Each path once."""
+    try:
+        key = rundir.load_run(run_dir)["key"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    work = os.path.realpath(Path(run_dir) / "work") + os.sep
+    out: list[Flag] = []
+    seen: set[str] = set()
+    for r in rundir.ranks_in(run_dir):
+        for rec in rundir.read_records(rundir.rank_dir(run_dir, r) / rundir.SAVES, key).valid:
+            path = rec.get("path")
+            if rec.get("op") != "save" or rec.get("ph") != "begin" or not isinstance(path, str) \
+                    or not path.startswith("/"):
+                continue
+            real = os.path.normpath(path)
+            if (real + os.sep).startswith(work) or real.startswith(SAVE_TEMP) or real in seen:
+                continue
+            seen.add(real)
+            if len(out) < MAX_PER_RUN:
+                out.append(Flag(kind="behaviour", run=run, what=f"rank {r} called torch.save outside the working "
+                                f"directory: {printable(real)[:200]} (the save trace)",
+                                where=f"step {rec.get('step')}"))
     return out
 
 
