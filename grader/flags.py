@@ -133,6 +133,7 @@ def _save_flags(run: str, run_dir: Path) -> list[Flag]:
     except (OSError, ValueError, KeyError, TypeError):
         return []
     work = os.path.realpath(Path(run_dir) / "work") + os.sep
+    runs = os.path.realpath(Path(run_dir).parent) + os.sep  # the grading's run dirs: no temporary folder
     out: list[Flag] = []
     seen: set[str] = set()
     for r in rundir.ranks_in(run_dir):
@@ -142,7 +143,8 @@ def _save_flags(run: str, run_dir: Path) -> list[Flag]:
                     or not path.startswith("/"):
                 continue
             real = os.path.normpath(path)
-            if (real + os.sep).startswith(work) or real.startswith(SAVE_TEMP) or real in seen:
+            if (real + os.sep).startswith(work) or real in seen or (
+                    real.startswith(SAVE_TEMP) and not real.startswith(runs)):
                 continue
             seen.add(real)
             if len(out) < MAX_PER_RUN:
