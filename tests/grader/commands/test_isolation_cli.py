@@ -1,7 +1,7 @@
 """Grading where the sandbox cannot run (issue 11), through the CLI, in-process and without
 launching: every grading command refuses with one line naming the fix, unless --no-sandbox, and
-then result.json and every summary say the grade was unisolated; with the sandbox, every role of a
-grading runs in it."""
+then result.json and every summary say the grade was unisolated; with the sandbox, a grading asks
+the launcher for it in every role."""
 
 from __future__ import annotations
 
@@ -9,11 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from grader import sealing
+from grader import sealing, throughput
+from grader.checks import REGISTRY
+from grader.errors import EXIT_USAGE
 from grader.evidence import load_run
 from grader.exercises import find
-from grader.grade import GradeOptions, grade
+from grader.grade import GradeOptions, grade, plan
 from grader.result import GradeResult
+from grader.roles import Role
 from harness import sandbox
 from tests.grader.rundirs import RunDirBuilder
 
@@ -90,26 +93,48 @@ def _fake_runs(monkeypatch, tmp_path, seen: list):
     monkeypatch.setattr("grader.grade.reference_run", fake_reference)
 
 
+def roles_of(ex) -> set[str]:
+    """Every role a grading of ``ex`` launches, from the grading's own plan: its runs, the
+    reference, and the throughput roles where a check measures."""
+    m = ex.manifest
+    todo = plan(m)
+    roles = set(todo.runs) | ({Role.REFERENCE} if todo.reference else set())
+    if any(REGISTRY[spec.name].measure is not None for spec in m.checks):
+        roles |= set(throughput.ROLES) | ({throughput.BOUND} if m.throughput and m.throughput.bound else set())
+    return roles
+
+
 def test_no_sandbox_grades_unisolated_and_every_summary_says_so(invoke, tmp_path, no_bwrap, monkeypatch):
     seen: list = []
     _fake_runs(monkeypatch, tmp_path, seen)
     monkeypatch.setattr("grader.console.out.width", 400)
     p = invoke("grade", SLUG, "--solution", "--no-sandbox", "--out", str(tmp_path / "out"), cwd=tmp_path)
-    assert p.code in (0, 1, 2) and "Traceback" not in p.err, p.err  # fake runs: no verdict to speak of
-    assert seen and all(not sandboxed for _, sandboxed in seen)
     res = GradeResult.read(tmp_path / "out")
+    # the fake runs make no steps, and the fake reference carries no parameter fingerprints, which
+    # trajectory lays at the environment's door: a grade that says the environment failed
+    assert p.code == EXIT_USAGE and res.environment_failure and not res.passed, p.err
+    assert [c.name for c in res.checks if c.environment] == ["trajectory"]
+    assert "Traceback" not in p.err
+    assert {role for role, _ in seen} == roles_of(find(SLUG)) and not any(sandboxed for _, sandboxed in seen), seen
     assert res.isolation.kind == "none" and "--no-sandbox" in res.isolation.reason
     assert "bubblewrap not installed" in res.isolation.reason
     assert "isolation: NONE" in p.out and "UNISOLATED" in p.out
     assert "unisolated" in p.err  # the warning before anything runs
 
 
-def test_a_sandboxed_grading_runs_every_role_in_the_sandbox(tmp_path, monkeypatch):
+@pytest.mark.parametrize("slug", [
+    SLUG,  # main and the reference
+    "checkpoint-resume",  # runs killed and restarted
+    "comm-bound",  # the throughput rounds: broken, candidate, reference, the compute bound
+])
+def test_a_sandboxed_grading_asks_the_sandbox_for_every_role(tmp_path, monkeypatch, slug):
+    """What the grading asks of the launcher (run_role's ``sandbox``) for each role it launches; that
+    a launch asked for the sandbox runs in it is tests/harness/test_launch_sandboxed.py's to prove."""
     monkeypatch.setattr(sandbox, "probe", lambda: sandbox.Probe(True, "", "setuid"))
     seen: list = []
     _fake_runs(monkeypatch, tmp_path, seen)
-    res = grade(find(SLUG), GradeOptions(kind="solution", out_dir=tmp_path / "out"))
-    assert seen and all(sandboxed for _, sandboxed in seen), seen
+    res = grade(find(slug), GradeOptions(kind="solution", out_dir=tmp_path / "out"))
+    assert {role for role, _ in seen} == roles_of(find(slug)) and all(sandboxed for _, sandboxed in seen), seen
     assert res.isolation.kind == "sandbox" and res.isolation.uid == sandbox.SANDBOX_UID and res.sealed
 
 
