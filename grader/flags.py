@@ -15,7 +15,8 @@ Sources, each a ``Flag.kind``:
 - ``limit``: a limit the run went past (memory, processes, disk, files);
 - ``sealed``: a run dir or cached reference that changed after it was sealed;
 - ``fault``: a planned kill the parent had to perform because the rank went past its point without
-  marking it (``run.json`` ``faults_injected``, ``how = "overdue"``: the fault hook was bypassed);
+  marking it (``run.json`` ``faults_injected``, ``how = "overdue"``: the fault hook was bypassed), or
+  one that hit a process other than the rank's own (a decoy that sent a start record and the fault's);
 - ``behaviour``: what the script did at run time that a fix has no reason to (``harness.audit``: the
   kit's files opened, another process's ``/proc`` read, files written outside the working directory,
   ``ctypes`` libraries, programs started), however its text spelled it; and from the save trace,
@@ -66,7 +67,8 @@ def _read_summary(run_dir: Path) -> dict | None:
 def run_flags(run: str, run_dir: Path) -> list[Flag]:
     """The flags one run of the candidate's code left in its ``run.json`` (kills it evaded) and,
     sandboxed, its ``sandbox.json``."""
-    out: list[Flag] = _fault_flags(run, run_dir) + _audit_flags(run, run_dir) + _save_flags(run, run_dir)
+    out: list[Flag] = (_fault_flags(run, run_dir) + _claim_flags(run, run_dir) + _audit_flags(run, run_dir)
+                       + _save_flags(run, run_dir))
     box = _read_summary(run_dir)
     if not box or not box.get("isolated"):
         return out
@@ -165,6 +167,50 @@ def _fault_flags(run: str, run_dir: Path) -> list[Flag]:
                      f"it ran on to step {k.get('seen_step')} and ended before the parent could kill it") +
                  " (the fault hook was bypassed)")
             for k in kills if isinstance(k, dict) and k.get("how") == "overdue"]
+
+
+def _claims(run_dir: Path) -> dict[tuple[int, int], list[int]]:
+    """Per (rank, attempt), the pids of the processes that sent its ``boot`` and ``start`` records, in
+    order (the channel stamps the sender's real pid; the first is the bootstrap's ``boot``, sent before
+    the script runs)."""
+    try:
+        key = rundir.load_run(run_dir)["key"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    out: dict[tuple[int, int], list[int]] = {}
+    for r in rundir.ranks_in(run_dir):
+        for rec in rundir.read_records(rundir.rank_dir(run_dir, r) / rundir.EVENTS, key).valid:
+            a, pid = rec.get("attempt"), rec.get("pid")
+            if rec.get("kind") in ("boot", "start") and type(a) is int and type(pid) is int:
+                pids = out.setdefault((r, a), [])
+                if pid not in pids:
+                    pids.append(pid)
+    return out
+
+
+def _claim_flags(run: str, run_dir: Path) -> list[Flag]:
+    """A rank started by more than one process (a child of the script sending a ``start`` record, which
+    the parent's monitor takes for the rank's pid: ``tampering``), and a planned kill that hit a process
+    other than the rank's own, the one whose ``boot`` the bootstrap sent (``fault``: a decoy took it)."""
+    claims = _claims(run_dir)
+    out = [Flag(kind="tampering", run=run, what=f"rank {r}{f' (attempt {a})' if a else ''} was started by "
+                f"{len(pids)} processes (pids {', '.join(map(str, pids[:4]))}): a process other than the rank's own "
+                "sent a boot or start record, claiming to be it")
+           for (r, a), pids in sorted(claims.items()) if len(pids) > 1]
+    try:
+        kills = json.loads((Path(run_dir) / "run.json").read_text(encoding="utf-8")).get("faults_injected") or []
+    except (OSError, ValueError, AttributeError):
+        kills = []
+    for k in kills:
+        if not isinstance(k, dict) or not k.get("killed"):
+            continue
+        own = (claims.get((k.get("rank"), k.get("attempt"))) or [None])[0]
+        if own is not None and k.get("pid") != own:
+            out.append(Flag(kind="fault", run=run, what=f"the parent's planned kill of rank {k.get('rank')} (step "
+                            f"{k.get('planned_step')}, {k.get('how')}) hit pid {k.get('pid')}, not the rank's own process "
+                            f"(pid {own}, whose boot record the bootstrap sent): a decoy took the kill, and the rank was "
+                            "not killed there"))
+    return out
 
 
 def candidate_run_dirs(run_dirs: dict[str, str], out_dir: Path) -> dict[str, Path]:
