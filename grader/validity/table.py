@@ -3,7 +3,7 @@ per exercise, the rewrites of the reference fix the grader accepted, the mutatio
 the reason its config names, and the hand-written corpus's last agreement figure; every row with what
 the grader said. The page is only ever rendered from the JSON, and a test pins that they match.
 
-    python -m grader.validity.table merge RUN/validity.json   # a run's exercises replace theirs, then render
+    python -m grader.validity.table merge RUN/validity.json   # a run's exercises (or --case cases) replace theirs
     python -m grader.validity.table corpus VARIANTS.json      # `verify --variants --json` output: agreement
     python -m grader.validity.table note SLUG CASE "TEXT"     # what a disagreement was found to be
     python -m grader.validity.table check                     # fails when the page differs from the JSON
@@ -97,8 +97,12 @@ def render(data: dict[str, Any]) -> str:
                 f"Graded {e['ended'][:16].replace('T', ' ')} at commit {e['commit']} (`{e['command']}`, "
                 f"{e['machine']['cpus']} CPUs, {e['wall_s'] / 60:.0f} min of gradings): "
                 f"{_pct(n['accepted'], n['rewrites'])} rewrites accepted, "
-                f"{_pct(n['rejected'], n['mutations'])} mutations rejected for the named reason.", "",
-                "| case | kind | expected, and why | got | agrees | what the grader said |",
+                f"{_pct(n['rejected'], n['mutations'])} mutations rejected for the named reason.", ""]
+        for a in e.get("again", []):
+            out += [f"Graded again {a['ended'][:16].replace('T', ' ')} at commit {a['commit']} (`{a['command']}`, "
+                    f"{a['wall_s'] / 60:.0f} min): {', '.join(f'`{c}`' for c in a['cases'])}; their rows below "
+                    "are from that grading.", ""]
+        out += ["| case | kind | expected, and why | got | agrees | what the grader said |",
                 "| --- | --- | --- | --- | --- | --- |"]
         for c in e["cases"]:
             out.append(f"| `{c['case']}` | {c['kind']} | {_expected(c)} | {c['got']} | "
@@ -122,16 +126,31 @@ def load(path: Path) -> dict[str, Any]:
     return data
 
 
+CASE_FIELDS = ("case", "kind", "detail", "expect", "must_fail", "says", "why", "got", "agrees", "problem", "failed",
+               "wall_s")
+
+
 def merge(stored: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
-    """``run`` (a ``<out>/validity.json``) replaces the exercises it graded; the others stay."""
+    """``run`` (a ``<out>/validity.json``) replaces the exercises it graded; the others stay. A run of
+    named cases only (``verify --validity --case NAME``) replaces those cases in the stored exercise,
+    which keeps the rest and says which were graded again, when and how."""
     out = dict(stored)
     out["exercises"] = dict(stored.get("exercises", {}))
+    partial = "--case" in run["command"].split()
     for slug, e in run["exercises"].items():
+        cases = [{k: c[k] for k in CASE_FIELDS} for c in e["cases"]]
+        wall = round(sum(c["wall_s"] or 0 for c in e["cases"]), 1)
+        have = out["exercises"].get(slug)
+        if partial and have is not None:
+            fresh = {c["case"]: c for c in cases}
+            kept = [fresh.pop(c["case"], c) for c in have["cases"]]
+            again = {"commit": run["commit"], "ended": run["ended"], "command": run["command"], "wall_s": wall,
+                     "cases": [c["case"] for c in cases]}
+            out["exercises"][slug] = {**have, "cases": kept + list(fresh.values()),
+                                      "again": [*have.get("again", []), again]}
+            continue
         out["exercises"][slug] = {"commit": run["commit"], "ended": run["ended"], "command": run["command"],
-                                  "machine": run["machine"], "wall_s": round(sum(c["wall_s"] or 0 for c in e["cases"]), 1),
-                                  "cases": [{k: c[k] for k in ("case", "kind", "detail", "expect", "must_fail", "says",
-                                                               "why", "got", "agrees", "problem", "failed", "wall_s")}
-                                            for c in e["cases"]]}
+                                  "machine": run["machine"], "wall_s": wall, "cases": cases}
     return out
 
 

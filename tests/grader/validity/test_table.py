@@ -56,6 +56,20 @@ def test_a_run_replaces_its_exercises_and_keeps_the_others_and_the_corpus():
     assert len(merged["exercises"]["memory-leak"]["cases"]) == 3 and merged["corpus"] == stored["corpus"]
 
 
+def test_a_run_of_named_cases_replaces_only_those_and_says_they_were_graded_again():
+    stored = table.merge({"format_version": 1, "exercises": {}, "corpus": {}}, RUN)
+    again = {**RUN, "commit": "def5678", "ended": "2026-11-27T06:00:00+00:00",
+             "command": "trainwreck verify --validity memory-leak --case micro-batches",
+             "exercises": {"memory-leak": {"cases": [_case("micro-batches", "rewrite", "pass", "pass", True)]}}}
+    merged = table.merge(stored, again)
+    e = merged["exercises"]["memory-leak"]
+    assert [c["case"] for c in e["cases"]] == ["wrap-model", "micro-batches", "revert-hunk-1"]
+    assert all(c["agrees"] for c in e["cases"]) and e["commit"] == "abc1234"
+    page = table.render(merged)
+    assert "Graded again 2026-11-27 06:00 at commit def5678" in page and "`micro-batches`; their rows" in page
+    assert "Disagreements" not in page
+
+
 def test_the_page_counts_agreements_and_shows_each_disagreement_with_the_graders_message():
     data = table.merge({"format_version": 1, "exercises": {}, "corpus": {
         "source": "README", "exercises": {"memory-leak": {"agree": 14, "of": 14}, "lr-scaling": {"agree": 3, "of": 4}}}},
