@@ -201,6 +201,7 @@ def _claim_flags(run: str, run_dir: Path) -> list[Flag]:
         kills = json.loads((Path(run_dir) / "run.json").read_text(encoding="utf-8")).get("faults_injected") or []
     except (OSError, ValueError, AttributeError):
         kills = []
+    out += _marks_run_past(run, run_dir, kills)
     for k in kills:
         if not isinstance(k, dict) or not k.get("killed"):
             continue
@@ -210,6 +211,37 @@ def _claim_flags(run: str, run_dir: Path) -> list[Flag]:
                             f"{k.get('planned_step')}, {k.get('how')}) hit pid {k.get('pid')}, not the rank's own process "
                             f"(pid {own}, whose boot record the bootstrap sent): a decoy took the kill, and the rank was "
                             "not killed there"))
+    return out
+
+
+def _marks_run_past(run: str, run_dir: Path, kills: list) -> list[Flag]:
+    """A step fault's mark (``fault`` with ``what = "sigkill"``) followed by a step record of a later
+    step in the same attempt: the harness's hook waits at its mark until the parent kills the rank, so
+    the rank went on past a mark it did not wait at, or another process sent it (a decoy), and the
+    parent, finding the point marked, looked no further (``harness.injector.FaultInjector.settle``)."""
+    try:
+        key = rundir.load_run(run_dir)["key"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    out = []
+    for r in rundir.ranks_in(run_dir):
+        marks: dict[int, int] = {}
+        last: dict[int, int] = {}
+        for rec in rundir.read_records(rundir.rank_dir(run_dir, r) / rundir.EVENTS, key).valid:
+            a, step = rec.get("attempt"), rec.get("step")
+            if type(a) is not int or type(step) is not int:
+                continue
+            if rec.get("kind") == "fault" and rec.get("what") == "sigkill":
+                marks.setdefault(a, step)
+            elif rec.get("kind") == "step" and a in marks and step > marks[a]:
+                last[a] = max(last.get(a, 0), step)
+        for a, after in sorted(last.items()):
+            killed = [k for k in kills if isinstance(k, dict) and k.get("rank") == r and k.get("attempt") == a
+                      and k.get("killed")]
+            out.append(Flag(kind="fault", run=run, what=f"rank {r}{f' (attempt {a})' if a else ''} marked its planned "
+                            f"kill at step {marks[a]}, where the harness's hook waits to be killed, yet went on to step "
+                            f"{after}: " + ("the parent's kill hit another process" if killed else
+                                            "no kill was performed") + " (a decoy sent the mark, or the hook was bypassed)"))
     return out
 
 

@@ -10,7 +10,7 @@ from harness import rundir
 from tests.grader.rundirs import RunDirBuilder
 
 
-def _run(root, decoy: bool):
+def _run(root, decoy: bool, kill: bool = True, ran_on: bool = False):
     b = RunDirBuilder(root)
     for r in range(2):
         b.event(r, kind="boot", attempt=0, t=0.0, pid=100 + r, rank=r)
@@ -18,10 +18,14 @@ def _run(root, decoy: bool):
         b.event(r, kind="boot", attempt=1, t=5.0, pid=200 + r, rank=r)  # the restart: a new process
     if decoy:
         b.event(1, kind="start", attempt=0, t=1.5, pid=999, rank=1)
+    for s in range(44, 50 if ran_on else 46):
+        b.event(1, kind="step", attempt=0, t=2.0 + s / 100, step=s, dt=0.01, rss_mb=1.0)
+        if s == 45:
+            b.event(1, kind="fault", attempt=0, t=2.5, what="sigkill", step=45)
     run = b.build()
     meta = rundir.load_run(run)
     meta["faults_injected"] = [{"rank": 1, "attempt": 0, "when": "step", "planned_step": 45, "seen_step": 50,
-                                "pid": 999 if decoy else 101, "killed": 1, "t": 3.0, "how": "marked"}]
+                                "pid": 999 if decoy else 101, "killed": 1, "t": 3.0, "how": "marked"}] if kill else []
     rundir.atomic_write_json(run / "run.json", meta)
     return run
 
@@ -35,3 +39,10 @@ def test_a_decoy_that_took_the_kill_is_flagged(tmp_path):
 
 def test_a_kill_of_the_rank_itself_and_a_restart_raise_nothing(tmp_path):
     assert flags.run_flags("main", _run(tmp_path / "main", decoy=False)) == []
+
+
+def test_a_mark_the_rank_ran_past_with_no_kill_is_flagged(tmp_path):
+    found = [(f.kind, f.what) for f in flags.run_flags("main", _run(tmp_path / "main", decoy=True, kill=False,
+                                                                      ran_on=True))]
+    assert ("fault", "rank 1 marked its planned kill at step 45, where the harness's hook waits to be killed, yet "
+            "went on to step 49: no kill was performed (a decoy sent the mark, or the hook was bypassed)") in found, found
