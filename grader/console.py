@@ -4,6 +4,7 @@ stderr, so ``--json`` output can be piped while the user still sees what is happ
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -61,6 +62,75 @@ def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> None:
     for r in rows:
         t.add_row(*(Text("" if v is None else printable(str(v))) for v in r))  # cells are data, never markup
     out.print(t)
+
+
+def lines(columns: list[str], rows: list[list[Any]], right: tuple[int, ...] = ()) -> None:
+    """A table of one line per row that fits the terminal: no borders, no cell ever wraps; the
+    last column takes what room is left and ends in an ellipsis where its text does not fit (the
+    details are elsewhere: ``show``, ``--verbose``, result.json)."""
+    t = Table(box=None, show_header=True, header_style="bold", pad_edge=False, padding=(0, 2, 0, 0),
+              collapse_padding=True)
+    for i, c in enumerate(columns):
+        last = i == len(columns) - 1
+        t.add_column(c, no_wrap=True, overflow="ellipsis", justify="right" if i in right else "left",
+                     min_width=None if last else max([len(c), *(len(_cell(r[i])) for r in rows)]),
+                     ratio=1 if last else None)
+    for r in rows:
+        t.add_row(*(Text(_cell(v)) for v in r))
+    out.print(t, soft_wrap=False)
+
+
+def _cell(v: Any) -> str:
+    return "" if v is None else " ".join(printable(str(v)).split())
+
+
+_PAREN = re.compile(r"\s*\([^()]*\)")
+# where a check's first clause buries its figure, the phrase that holds it (the message stays whole
+# under --verbose and in result.json)
+_FIGURES = {"memory_flat": re.compile(r"changed (?P<fig>[+-]?[\d.]+ MB per step).*threshold (?P<bar>[\d.]+ MB)")}
+
+
+def headline(name: str, message: str, room: int = 10**6) -> str:
+    """A check's deciding figure in ``room`` characters where it can: its message's first clause,
+    and where that is longer, without its asides in parentheses (``1.01x the broken baseline's
+    steps/s``) or, for a check whose first clause buries it, the phrase that holds it. The whole
+    message is the evidence (--verbose, result.json)."""
+    first = " ".join(message.split(";")[0].split())
+    if len(first) <= room:
+        return first or " ".join(message.split())
+    m = _FIGURES.get(name)
+    hit = m.search(message) if m else None
+    if hit:
+        return f"{hit['fig']} (threshold {hit['bar']})"
+    while True:  # nested asides: innermost first
+        shorter = _PAREN.sub("", first)
+        if shorter == first:
+            return " ".join(first.split()) or " ".join(message.split())
+        first = shorter
+
+
+def _verdict(c: dict[str, Any]) -> str:
+    return "pass" if c["passed"] else ("ENV" if c["environment"] else "FAIL")
+
+
+def check_lines(checks: list[Any], verbose: bool = False) -> None:
+    """One line per check: its verdict, its name (``*``: credit, not required to pass) and the
+    deciding figure; with ``verbose`` each line is followed by the check's whole message."""
+    from rich.padding import Padding
+
+    cs = [c if isinstance(c, dict) else {"name": c.name, "passed": c.passed, "environment": c.environment,
+                                         "required": c.required, "message": c.message} for c in checks]
+    if not verbose:
+        names = [c["name"] + ("" if c["required"] else "*") for c in cs]
+        room = out.width - len("verdict  ") - max([len("check"), *map(len, names)]) - 2
+        lines(["verdict", "check", "deciding figure"],
+              [[_verdict(c), n, headline(c["name"], c["message"], room)] for c, n in zip(cs, names)])
+    else:
+        for c in cs:
+            out.print(Text(f"{_verdict(c):7}  {c['name']}{'' if c['required'] else '*'}"), soft_wrap=False)
+            out.print(Padding(Text(printable(c["message"])), (0, 0, 0, 9)), soft_wrap=False)
+    if any(not c["required"] for c in cs):
+        text("* credit: scored, not required to pass")
 
 
 STALL_LINE_WAIT_S = 3.0  # how long a stall notice waits for the outside ranks' stack dumps
@@ -204,20 +274,18 @@ def run_summary(res) -> None:
         text(res.failure.get("error") or "(no output)")
 
 
-def grade_result(res, as_json: bool = False) -> None:
-    """A ``GradeResult``: its JSON form on stdout with ``--json``, else the summary tables."""
+def grade_result(res, as_json: bool = False, verbose: bool = False) -> None:
+    """A ``GradeResult``: its JSON form on stdout with ``--json``, else the summary (each check's
+    whole evidence with ``verbose``)."""
     if as_json:
         emit_json(res.to_json())
     else:
-        grade_summary(res)
+        grade_summary(res, verbose)
 
 
-def grade_summary(res) -> None:
-    rows = []
-    for c in res.checks:
-        mark = "pass" if c.passed else ("ENV" if c.environment else "FAIL")
-        rows.append([c.name, mark, "required" if c.required else "credit", c.message])
-    table(f"{res.exercise} ({res.submission.kind})", ["check", "verdict", "kind", "evidence"], rows)
+def grade_summary(res, verbose: bool = False) -> None:
+    text(f"{res.exercise} ({res.submission.kind})", style="bold")
+    check_lines(res.checks, verbose)
     issues_summary(res.issues)
     tp = res.throughput
     if tp:
@@ -239,6 +307,8 @@ def grade_summary(res) -> None:
               f"({res.timings.get('total', 0):.0f} s)"
               + ("" if iso is None or iso.sandboxed else "  [bold yellow]UNISOLATED[/]"), markup=True)
     text(f"result: {res.result_path}")
+    if not verbose:
+        text("each check's whole evidence: --verbose, or the result file")
 
 
 def flags_summary(flags) -> None:

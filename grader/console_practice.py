@@ -7,12 +7,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from rich import box
 from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
 
 from grader import console
+from harness.paths import display_path
 
 
 def started(ws, ex, files, brief: str) -> None:
@@ -32,16 +30,15 @@ def started(ws, ex, files, brief: str) -> None:
                  "`trainwreck grade` once, `trainwreck hint` when stuck)")
 
 
-def result(view: dict[str, Any]) -> None:
-    """A grading as practice shows it: each check's verdict and what it observed."""
-    rows = []
-    for c in view["checks"]:
-        mark = "pass" if c["passed"] else ("ENV" if c["environment"] else "FAIL")
-        rows.append([c["name"], mark, "required" if c["required"] else "credit", c["message"]])
+def result(view: dict[str, Any], verbose: bool = False) -> None:
+    """A grading as practice shows it: one line per check, its verdict and the deciding figure of
+    what it observed (with ``verbose``, all it observed)."""
     n = view.get("attempt")
-    console.table(f"{view['exercise']}{f' attempt {n}' if n else ''}", ["check", "verdict", "kind", "observed"], rows)
+    console.text(f"{view['exercise']}{f' attempt {n}' if n else ''}", style="bold")
+    console.check_lines(view["checks"], verbose)
     if view.get("issues"):
-        console.table("issues (each scored on its own)", ["issue", "verdict", "symptom"],
+        console.text("issues (each scored on its own):")
+        console.lines(["issue", "verdict", "symptom"],
                       [[i["name"], "fixed" if i["fixed"] else "NOT FIXED", i["title"]] for i in view["issues"]])
     tp = view.get("throughput")
     if tp is not None:
@@ -138,23 +135,43 @@ def _tp(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
+def _status(p: dict[str, Any] | None) -> str:
+    if p is None:
+        return "-"
+    if p["passed"]:
+        return "passed"
+    return f"attempted ({p['attempts']} tr{'y' if p['attempts'] == 1 else 'ies'})" if p["attempts"] else "started"
+
+
+def exercise_lines(rows: list[dict[str, Any]]) -> None:
+    """`trainwreck list`: one line per exercise (its details: `trainwreck show SLUG`), then how many
+    of the scripts have passed in a practice workspace, as rustlings counts them."""
+    console.lines(["slug", "kind", "difficulty", "min", "status"],
+                  [[r["slug"], r["kind"], r["difficulty"], r["minutes"], _status(r["progress"])] for r in rows],
+                  right=(3,))
+    scripts = [r for r in rows if r["kind"] == "script"]
+    passed = sum(bool(r["progress"] and r["progress"]["passed"]) for r in scripts)
+    designs = len(rows) - len(scripts)
+    console.text(f"{passed} of {len(scripts)} passed"
+                 + (f" (the {designs} design scenario{'s' if designs != 1 else ''} an interviewer scores)"
+                    if designs else ""))
+    console.text("details of one: trainwreck show SLUG")
+
+
 def progress_table(rows: list[dict[str, Any]]) -> None:
-    """`trainwreck list`: one row per practice workspace."""
+    """`trainwreck list`: one line per practice workspace (tp: best throughput score, 0 the broken
+    script, 1 the reference)."""
     if not rows:
         return
-    t = Table(title=Text("practice workspaces (best tp: best throughput score, 0 broken, 1 reference)"),
-              title_justify="left", box=box.SIMPLE_HEAD)
-    for c in ("exercise", "progress", "tries", "hints", "best tp"):
-        t.add_column(c, no_wrap=True)
-    t.add_column("solution")
-    t.add_column("workspace", overflow="fold")
+    table = []
     for r in rows:
         if r.get("error"):
-            cells = [r["exercise"] or "?", "unreadable", "-", "-", "-", "-", r["workspace"]]
-        else:
-            hints = f"{r['hints_used']}/{r['hints_total']}" if r.get("hints_total") is not None else str(r["hints_used"])
-            status = "passed" if r["passed"] else ("attempted" if r["attempts"] else "started")
-            cells = [r["exercise"], status, r["attempts"], hints, _tp(r["best_throughput"]), r["solution"] or "-",
-                     r["workspace"]]
-        t.add_row(*(Text(str(c)) for c in cells))
-    console.out.print(t)
+            table.append([r["exercise"] or "?", "unreadable", "-", "-", "-", "-", r["workspace"]])
+            continue
+        hints = f"{r['hints_used']}/{r['hints_total']}" if r.get("hints_total") is not None else str(r["hints_used"])
+        status = "passed" if r["passed"] else ("attempted" if r["attempts"] else "started")
+        table.append([r["exercise"], status, r["attempts"], hints, _tp(r["best_throughput"]), r["solution"] or "-",
+                      display_path(r["workspace"]) or r["workspace"]])
+    console.text("")
+    console.text("practice workspaces (tp: best throughput score, 0 broken, 1 reference)")
+    console.lines(["exercise", "progress", "tries", "hints", "tp", "solution", "workspace"], table, right=(2, 4))

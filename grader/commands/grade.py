@@ -23,16 +23,19 @@ from grader.errors import UserError
 @device_option
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Where result.json and the run dirs go.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@click.option("--verbose", "-v", is_flag=True,
+              help="Each check's whole evidence (what it observed), not one line per check.")
 @click.option("--no-sandbox", "no_sandbox", is_flag=True,
               help="Run the graded code without the bubblewrap sandbox (unisolated: only where the sandbox cannot run; "
                    "result.json and every report say so).")
-def command(slug, workspace, kind, repeats, device, out, as_json, no_sandbox):
+def command(slug, workspace, kind, repeats, device, out, as_json, verbose, no_sandbox):
     """Grade a fix of exercise SLUG: run it as the manifest asks, judge the runs, write result.json.
 
     Inside a practice workspace (`trainwreck start`) or a session workspace, SLUG may be left out:
     the workspace's exercise is graded and the attempt is recorded in its progress or its session.
-    A practice grading shows each check's verdict and what it observed (--json: the same, no
-    evidence figures); the full result.json stays under $TRAINWRECK_HOME/practice/grades/.
+    One line per check: its verdict and the deciding figure; --verbose shows all each check
+    observed. A practice grading's --json has the same, no evidence figures; the full result.json
+    stays under $TRAINWRECK_HOME/practice/grades/.
     """
     if kind and workspace:
         raise UserError("give either --workspace, --solution or --broken")
@@ -48,10 +51,10 @@ def command(slug, workspace, kind, repeats, device, out, as_json, no_sandbox):
         if marker is not None and slug in (None, marker.exercise):
             res = record_attempt(marker, repeats=repeats, device=device, out=out, progress=console.info,
                                  sandbox=not no_sandbox)
-            console.grade_result(res, as_json)
+            console.grade_result(res, as_json, verbose)
             sys.exit(res.exit_code)
         if practice is not None:
-            _practice(practice, slug, repeats, device, out, as_json, not no_sandbox)
+            _practice(practice, slug, repeats, device, out, as_json, not no_sandbox, verbose)
     if slug is None:
         raise UserError("give SLUG (with --workspace DIR, --solution or --broken), or run `trainwreck grade` inside "
                         "a practice workspace (`trainwreck start SLUG` makes one) or a session workspace")
@@ -63,11 +66,12 @@ def command(slug, workspace, kind, repeats, device, out, as_json, no_sandbox):
 
     res = grade(find(slug), GradeOptions(kind=kind, workspace=workspace, out_dir=out, repeats=repeats,
                                          device=device, sandbox=not no_sandbox), progress=console.info)
-    console.grade_result(res, as_json)
+    console.grade_result(res, as_json, verbose)
     sys.exit(res.exit_code)
 
 
-def _practice(root: Path, slug: str | None, repeats, device, out, as_json, sandbox: bool = True) -> None:
+def _practice(root: Path, slug: str | None, repeats, device, out, as_json, sandbox: bool = True,
+              verbose: bool = False) -> None:
     """Grade the practice workspace at ``root`` and record the attempt in its state file."""
     from grader import console_practice
     from grader.practice.grading import grade_workspace
@@ -81,5 +85,5 @@ def _practice(root: Path, slug: str | None, repeats, device, out, as_json, sandb
     if as_json:
         console.emit_json(shown)
     else:
-        console_practice.result(shown)
+        console_practice.result(shown, verbose)
     sys.exit(res.exit_code)

@@ -15,8 +15,10 @@ from grader import console
 @click.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 def command(as_json):
-    """The exercises (scripts to fix, and design scenarios), from their manifests, and your practice
-    progress: per workspace, passed, attempts, hints used, best throughput score."""
+    """The exercises (scripts to fix, and design scenarios), one line each (slug, kind, difficulty,
+    minutes, status), how many of the scripts you have passed, and your practice progress: per
+    workspace, passed, attempts, hints used, best throughput score. `trainwreck show SLUG` has an
+    exercise's details."""
     from grader.exercises import discover
 
     found, errors = discover()
@@ -34,9 +36,12 @@ def command(as_json):
     if not found:
         console.text("no exercises found")
     else:
-        console.table(None, ["slug", "kind", "title", "difficulty", "min", "topics", "symptom"],
-                      [[e.slug, e.kind, e.manifest.title, e.manifest.difficulty, e.manifest.minutes,
-                        ", ".join(e.manifest.topics), e.manifest.symptom] for e in found])
+        from grader import console_practice
+
+        console_practice.exercise_lines(
+            [{"slug": e.slug, "kind": e.kind, "difficulty": e.manifest.difficulty, "minutes": e.manifest.minutes,
+              "progress": _summary([r for r in practice if r["exercise"] == e.slug and not r.get("error")])}
+             for e in found])
     from grader import console_practice
 
     console_practice.progress_table(practice)
