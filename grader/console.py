@@ -64,19 +64,26 @@ def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> None:
     out.print(t)
 
 
-def lines(columns: list[str], rows: list[list[Any]], right: tuple[int, ...] = ()) -> None:
+def lines(columns: list[str], rows: list[list[Any]], right: tuple[int, ...] = (), keep_end: bool = False) -> None:
     """A table of one line per row that fits the terminal: no borders, no cell ever wraps; the
     last column takes what room is left and ends in an ellipsis where its text does not fit (the
-    details are elsewhere: ``show``, ``--verbose``, result.json)."""
-    t = Table(box=None, show_header=True, header_style="bold", pad_edge=False, padding=(0, 2, 0, 0),
+    details are elsewhere: ``show``, ``--verbose``, result.json), or with ``keep_end`` (a path)
+    begins with one and keeps the text's end."""
+    cells = [[_cell(v) for v in r] for r in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+    gap = 2
+    widths[-1] = max(1, min(widths[-1], out.width - sum(widths[:-1]) - gap * (len(columns) - 1)))
+    if keep_end:
+        for r in cells:
+            if len(r[-1]) > widths[-1]:
+                r[-1] = "…" + r[-1][len(r[-1]) - widths[-1] + 1:]
+    t = Table(box=None, show_header=True, header_style="bold", pad_edge=False, padding=(0, gap, 0, 0),
               collapse_padding=True)
     for i, c in enumerate(columns):
-        last = i == len(columns) - 1
         t.add_column(c, no_wrap=True, overflow="ellipsis", justify="right" if i in right else "left",
-                     min_width=None if last else max([len(c), *(len(_cell(r[i])) for r in rows)]),
-                     ratio=1 if last else None)
-    for r in rows:
-        t.add_row(*(Text(_cell(v)) for v in r))
+                     width=widths[i])
+    for r in cells:
+        t.add_row(*map(Text, r))
     out.print(t, soft_wrap=False)
 
 
@@ -306,7 +313,8 @@ def grade_summary(res, verbose: bool = False) -> None:
     out.print(f"[bold {colour}]{verdict}[/]  score {res.score:.2f}  "
               f"({res.timings.get('total', 0):.0f} s)"
               + ("" if iso is None or iso.sandboxed else "  [bold yellow]UNISOLATED[/]"), markup=True)
-    text(f"result: {res.result_path}")
+    text("result:")
+    text(f"  {res.result_path}")  # a path on a line of its own: whole, to be copied, however long
     if not verbose:
         text("each check's whole evidence: --verbose, or the result file")
 

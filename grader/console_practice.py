@@ -63,7 +63,8 @@ def result(view: dict[str, Any], verbose: bool = False) -> None:
             console.text(f"all {total} hints seen (`trainwreck hint --all`); `trainwreck solution --reveal` shows the "
                          "reference fix (recorded as revealed)")
     if view.get("run_dir"):
-        console.text(f"this run's per-rank logs: {view['run_dir']}")
+        console.text("this run's per-rank logs:")
+        console.text(f"  {view['run_dir']}")  # a path on a line of its own: whole, to be copied
 
 
 def hints(h, listing: bool) -> None:
@@ -174,4 +175,5 @@ def progress_table(rows: list[dict[str, Any]]) -> None:
                       display_path(r["workspace"]) or r["workspace"]])
     console.text("")
     console.text("practice workspaces (tp: best throughput score, 0 broken, 1 reference)")
-    console.lines(["exercise", "progress", "tries", "hints", "tp", "solution", "workspace"], table, right=(2, 4))
+    console.lines(["exercise", "progress", "tries", "hints", "tp", "solution", "workspace"], table, right=(2, 4),
+                  keep_end=True)
