@@ -1,5 +1,5 @@
 """Every exercise script and reference solution picks its backend the same way: NCCL only where each
-rank of the node has a GPU of its own, gloo where ranks share one or there is none (README, GPU).
+rank of the node has a GPU of its own, gloo where ranks share one or there is none (docs/design.md, GPU).
 The scripts are loaded as modules (their ``main`` is not run) with the GPU count stubbed."""
 
 from __future__ import annotations
