@@ -55,6 +55,11 @@ def text(msg: str, style: str | None = None) -> None:
     out.print(printable(msg), style=style, markup=False)
 
 
+def prose(msg: str) -> None:
+    """A sentence or a paragraph (a hint), word-wrapped at the terminal's width."""
+    out.print(Text(printable(msg)), soft_wrap=False)
+
+
 def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> None:
     t = Table(title=Text(title) if title else None, title_justify="left", show_lines=False)
     for i, c in enumerate(columns):

@@ -73,9 +73,9 @@ def hints(h, listing: bool) -> None:
         return
     if listing:
         for i, text in enumerate(h.shown, 1):
-            console.text(f"hint {i} of {h.total}: {text}")
+            console.prose(f"hint {i} of {h.total}: {text}")
     elif h.new:
-        console.text(f"hint {len(h.shown)} of {h.total}: {h.shown[-1]}")
+        console.prose(f"hint {len(h.shown)} of {h.total}: {h.shown[-1]}")
     else:
         console.text(f"no more hints: all {h.total} seen (`trainwreck hint --all` lists them); "
                      "`trainwreck solution --reveal` shows the reference fix (recorded as revealed)")
@@ -101,10 +101,15 @@ def reset(r) -> None:
         console.text(f"your files before the reset: {r.backup}")
 
 
-def watch_event(ev: dict[str, Any], clear: bool) -> None:
+def watch_event(ev: dict[str, Any], clear: bool, keys: bool = False) -> None:
     kind = ev["event"]
+    again = ("watching: save to grade again; keys: h hint, l list, g grade now, q quit" if keys
+             else "watching: save to grade again, Ctrl-C to stop")
     if kind == "watching":
-        console.info(f"watching {', '.join(ev['files'])}: every save grades it again (Ctrl-C to stop)")
+        console.info(f"watching {', '.join(ev['files'])}: every save grades it again"
+                     + ("" if keys else " (Ctrl-C to stop)"))
+        if keys:
+            console.info("keys: h hint, l list, g grade now, q quit")
     elif kind == "grading":
         if clear:
             console.out.clear()
@@ -113,23 +118,31 @@ def watch_event(ev: dict[str, Any], clear: bool) -> None:
     elif kind == "progress":
         console.info(f"  {ev['line']}")
     elif kind == "cancelled":
-        why = {"saved": f"{', '.join(ev['files'])} saved again", "interrupted": "Ctrl-C"}.get(ev["reason"], "stopping")
+        why = {"saved": f"{', '.join(ev['files'])} saved again", "interrupted": "Ctrl-C",
+               "quit": "q"}.get(ev["reason"], "stopping")
         console.info(f"cancelled grading {ev['n']} ({why}): stopped in {ev['seconds']:.1f} s, nothing left running")
     elif kind == "result":
         result(ev["view"])
-        console.info("watching: save to grade again, Ctrl-C to stop")
+        console.info(again)
     elif kind == "unchanged":
         console.text("unchanged since the last grading:")
         result(ev["view"])
-        console.info("watching: save to grade again, Ctrl-C to stop")
+        console.info(again)
+    elif kind == "busy":
+        console.info(f"grading {ev['n']} is running: its result shows when it ends (a save grades again)")
     elif kind == "error":
         console.error(f"grading {ev['n']} did not run: {ev['message']}")
-        console.info("watching: save to grade again, Ctrl-C to stop")
+        console.info(again)
     elif kind == "missing":
         console.warn(f"{', '.join(ev['files'])} missing: waiting for it to be saved (`trainwreck reset` restores it)")
     elif kind == "stopped":
         console.info(f"stopped watching after {ev['finished']} grading{'s' if ev['finished'] != 1 else ''}; "
                      "progress is kept in the workspace")
+
+
+def passed_line(passed: int, total: int) -> None:
+    """rustlings' progress: how many of the script exercises have passed in a practice workspace."""
+    console.text(f"{passed} of {total} passed")
 
 
 def _tp(v: float | None) -> str:

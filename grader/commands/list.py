@@ -72,6 +72,17 @@ def _practice_rows(hints_total: dict[str, int]) -> list[dict[str, Any]]:
     return rows
 
 
+def passed_count() -> tuple[int, int]:
+    """How many of the script exercises have passed in some practice workspace, and how many there
+    are (`list`'s count, and `watch`'s after each grading)."""
+    from grader.exercises import discover
+
+    found, _ = discover()
+    scripts = {e.slug for e in found if e.kind == "script"}
+    passed = {r["exercise"] for r in _practice_rows({}) if not r.get("error") and r["passed"]}
+    return len(passed & scripts), len(scripts)
+
+
 def _summary(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """An exercise's progress over its practice workspaces (None: never started)."""
     if not rows:

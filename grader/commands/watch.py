@@ -1,9 +1,13 @@
 """``trainwreck watch``: inside a practice workspace, grade the exercise now and again on every save
 of an editable file, showing each check's verdict and what it observed; a save while a grading
-runs cancels it (every rank ended) and starts a new one. Ctrl-C (or SIGTERM) stops watching, cancelling
-the grading in flight, and exits 0."""
+runs cancels it (every rank ended) and starts a new one. On a terminal it takes single keys, as
+rustlings does: h the next hint, l the exercises, g grade now, q quit; after each grading it says how
+many exercises have passed (n of N). Ctrl-C (or SIGTERM) stops watching, cancelling the grading in
+flight, and exits 0."""
 
 from __future__ import annotations
+
+import sys
 
 import click
 
@@ -11,6 +15,7 @@ from grader import console
 from grader import console_practice as show
 from grader.commands._options import device_option
 from grader.commands._practice import workspace_option
+from grader.practice.keys import KEYS, single_keys
 
 
 @click.command("watch")
@@ -25,10 +30,12 @@ from grader.commands._practice import workspace_option
               help="Run the graded code without the bubblewrap sandbox (unisolated: only where the sandbox cannot run; "
                    "result.json and every report say so).")
 def command(max_runs, repeats, device, no_clear, workspace, as_json, no_sandbox):
-    """Grade this workspace on every save of its editable files, until Ctrl-C.
+    """Grade this workspace on every save of its editable files, until q or Ctrl-C.
 
     Each grading runs in a child process; a save while one runs cancels it (its ranks are ended)
-    and grades the new version. A save that changes nothing starts nothing.
+    and grades the new version. A save that changes nothing starts nothing. On a terminal, single
+    keys: h the next hint, l the exercises, g grade now, q quit. After each grading: n of N
+    exercises passed.
     """
     from grader.practice import grading, watch
     from grader.practice.workspace import editable, open_workspace
@@ -44,8 +51,37 @@ def command(max_runs, repeats, device, no_clear, workspace, as_json, no_sandbox)
 
     last = ws.state.last_view
     clear = not no_clear and console.out.is_terminal
-    emit = console.emit_json_line if as_json else (lambda ev: show.watch_event(ev, clear))
-    with grading.sigterm_interrupts():  # SIGTERM stops watching as Ctrl-C does: the grading in flight is cancelled
+    with grading.sigterm_interrupts(), single_keys(None if as_json else sys.stdin) as keys:
+        # SIGTERM stops watching as Ctrl-C does: the grading in flight is cancelled
+        emit = console.emit_json_line if as_json else _shown(ws, clear, keys is not None)
         watch.run(names, digest, lambda n: grading.spawn(ws, device=device, repeats=repeats, sandbox=not no_sandbox),
                   watch.file_changes(ws.root, names), emit, max_runs=max_runs,
-                  last=(last["sha256"], last["view"]) if last and "sha256" in last and "view" in last else None)
+                  last=(last["sha256"], last["view"]) if last and "sha256" in last and "view" in last else None,
+                  keys=keys)
+
+
+def _shown(ws, clear: bool, keys: bool):
+    """Each event as watch prints it; after a grading, how many exercises have passed (n of N); the
+    keys h (the next hint) and l (the exercises, one line each) answered here."""
+    from grader.commands import list as listing
+    from grader.practice.state import PracticeError
+    from grader.practice.workspace import hints
+
+    def emit(ev: dict) -> None:
+        kind = ev["event"]
+        if kind == "key":
+            try:
+                if ev["key"] == "h":
+                    show.hints(hints(ws, unfold=True), listing=False)
+                elif ev["key"] == "l":
+                    listing.command.callback(as_json=False)
+                else:
+                    console.info(f"keys: {', '.join(f'{k} {what}' for k, what in KEYS.items())}")
+            except PracticeError as e:
+                console.error(str(e))
+            return
+        show.watch_event(ev, clear, keys)
+        if kind in ("result", "unchanged"):
+            show.passed_line(*listing.passed_count())
+
+    return emit

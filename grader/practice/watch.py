@@ -55,11 +55,14 @@ def file_changes(root: Path, names: list[str]) -> Iterator[set[str]]:
 
 def run(names: list[str], digest: Callable[[], str | None], start: Callable[[int], Job],
         changes: Iterable[set[str]], emit: Emit, *, max_runs: int | None = None,
-        last: tuple[str, dict[str, Any]] | None = None) -> int:
+        last: tuple[str, dict[str, Any]] | None = None, keys: Callable[[], str] | None = None) -> int:
     """Watch until ``changes`` ends, ``max_runs`` gradings have finished (cancelled ones do not
-    count), or Ctrl-C; returns the number of gradings finished. ``digest`` is the editable files'
-    digest now (None while one is missing); ``last`` is the digest and view of the last recorded
-    grading, re-shown instead of grading again when nothing changed since."""
+    count), Ctrl-C or the key q; returns the number of gradings finished. ``digest`` is the editable
+    files' digest now (None while one is missing); ``last`` is the digest and view of the last
+    recorded grading, re-shown instead of grading again when nothing changed since. ``keys`` (polled
+    at every batch or tick) gives the keys typed since: g grades now, changed or not (unless a
+    grading runs: ``busy``), q stops (cancelling the grading in flight); any other is a ``key``
+    event for the caller (h hint, l list)."""
     t0 = time.monotonic()
     job: Job | None = None
     n = finished = 0
@@ -109,6 +112,24 @@ def run(names: list[str], digest: Callable[[], str | None], start: Callable[[int
                         say("error", n=n, code=out.code, message=out.error)
                     if max_runs is not None and finished >= max_runs:
                         break
+            quit_ = False
+            for k in keys() if keys is not None else "":
+                if k == "q":
+                    quit_ = True
+                    break
+                if k != "g":
+                    say("key", key=k)
+                elif job is not None:
+                    say("busy", n=n)
+                elif (now := digest()) is None:
+                    say("missing", files=list(names))
+                else:
+                    begin("asked", [], now)
+            if quit_:
+                if job is not None:
+                    stop("quit", [])
+                say("stopped", reason="quit", finished=finished)
+                return finished
             if not changed:
                 continue
             now = digest()
