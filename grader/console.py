@@ -55,9 +55,9 @@ def text(msg: str, style: str | None = None) -> None:
     out.print(printable(msg), style=style, markup=False)
 
 
-def prose(msg: str) -> None:
+def prose(msg: str, style: str | None = None) -> None:
     """A sentence or a paragraph (a hint), word-wrapped at the terminal's width."""
-    out.print(Text(printable(msg)), soft_wrap=False)
+    out.print(Text(printable(msg), style=style or ""), soft_wrap=False)
 
 
 def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> None:
@@ -298,19 +298,19 @@ def grade_result(res, as_json: bool = False, verbose: bool = False) -> None:
 def grade_summary(res, verbose: bool = False) -> None:
     text(f"{res.exercise} ({res.submission.kind})", style="bold")
     check_lines(res.checks, verbose)
-    issues_summary(res.issues)
+    issues_summary(res.issues, verbose)
     tp = res.throughput
     if tp:
-        text(f"throughput: {tp['speedup']:.2f}x broken (spread {tp['spread']:.0%}), reference "
-             f"{tp['reference_speedup']:.2f}x, normalised {tp['normalized']:.2f}"
-             + ("  [flagged for review]" if tp.get("suspicious") else ""))
+        prose(f"throughput: {tp['speedup']:.2f}x broken (spread {tp['spread']:.0%}), reference "
+              f"{tp['reference_speedup']:.2f}x, normalised {tp['normalized']:.2f}"
+              + ("  [flagged for review]" if tp.get("suspicious") else ""))
         if tp.get("fraction_of_bound") is not None:
-            text(f"compute bound: submission at {tp['fraction_of_bound']:.0%} of its steps/s, reference at "
-                 f"{tp['reference_fraction_of_bound']:.0%} (median of per-round ratios; reported, not graded)")
-    flags_summary(res.flags)
+            prose(f"compute bound: submission at {tp['fraction_of_bound']:.0%} of its steps/s, reference at "
+                  f"{tp['reference_fraction_of_bound']:.0%} (median of per-round ratios; reported, not graded)")
+    flags_summary(res.flags, verbose)
     iso = getattr(res, "isolation", None)
     if iso is not None:
-        text(iso.line(), style=None if iso.sandboxed else "bold yellow")
+        out.print(Text(printable(iso.line()), style="" if iso.sandboxed else "bold yellow"), soft_wrap=False)
     if res.environment_failure:
         verdict, colour = "ENVIRONMENT FAILURE (not the submission's fault)", "yellow"
     else:
@@ -324,20 +324,32 @@ def grade_summary(res, verbose: bool = False) -> None:
         text("each check's whole evidence: --verbose, or the result file")
 
 
-def flags_summary(flags) -> None:
-    """What the submission touched that a fix has no reason to: for a human to read."""
+def flags_summary(flags, verbose: bool = False) -> None:
+    """What the submission touched that a fix has no reason to: for a human to read; one line each
+    (whole with ``verbose``)."""
     if not flags:
         return
-    table(f"flags for a human ({len(flags)}; they do not change the verdict)", ["kind", "what", "where"],
-          [[f.kind, f.what, f.where or (f"{f.run} run" if f.run else "")] for f in flags])
+    text(f"flags for a human ({len(flags)}; they do not change the verdict):")
+    if verbose:
+        for f in flags:
+            prose(f"  {f.line()}")
+    else:
+        lines(["kind", "where", "what"], [[f.kind, f.where or (f"{f.run} run" if f.run else "-"), f.what]
+                                          for f in flags])
 
 
-def issues_summary(issues) -> None:
-    """Per-issue verdicts of an exercise with several planted issues (partial credit)."""
+def issues_summary(issues, verbose: bool = False) -> None:
+    """Per-issue verdicts of an exercise with several planted issues (partial credit), one line
+    each (the symptom whole with ``verbose``)."""
     if not issues:
         return
-    rows = [[i.name, "fixed" if i.fixed else "NOT FIXED", i.title, ", ".join(i.failed) or "-"] for i in issues]
-    table("issues (each scored on its own)", ["issue", "verdict", "symptom", "failing checks"], rows)
+    text("issues (each scored on its own):")
+    rows = [[i.name, "fixed" if i.fixed else "NOT FIXED", ", ".join(i.failed) or "-", i.title] for i in issues]
+    if verbose:
+        for r in rows:
+            prose(f"  {r[0]}: {r[1]} (failing: {r[2]}); {r[3]}")
+    else:
+        lines(["issue", "verdict", "failing checks", "symptom"], rows)
     text(f"{sum(i.fixed for i in issues)} of {len(issues)} issues fixed")
 
 

@@ -42,16 +42,16 @@ def result(view: dict[str, Any], verbose: bool = False) -> None:
                       [[i["name"], "fixed" if i["fixed"] else "NOT FIXED", i["title"]] for i in view["issues"]])
     tp = view.get("throughput")
     if tp is not None:
-        console.text(f"throughput score {tp['normalized']:.2f} (0 = the broken script, 1 = the reference)"
+        console.prose(f"throughput score {tp['normalized']:.2f} (0 = the broken script, 1 = the reference)"
                      + ("" if tp["counted"] else "; not counted while a required check fails"))
     if view.get("unisolated"):
-        console.text(f"isolation: NONE, your code ran unisolated ({view['unisolated']})", style="bold yellow")
+        console.prose(f"isolation: NONE, your code ran unisolated ({view['unisolated']})", style="bold yellow")
     if view["environment_failure"]:
         console.out.print("[bold yellow]ENVIRONMENT FAILURE[/] (the machine or the kit broke, not your fix: "
                           "grade again)", markup=True)
     elif view["passed"]:
         console.out.print(f"[bold green]PASSED[/]  score {view['score']:.2f}", markup=True)
-        console.text("`trainwreck solution` shows the reference fix next to yours")
+        console.prose("`trainwreck solution` shows the reference fix next to yours")
     else:
         console.out.print(f"[bold red]NOT YET[/]  score {view['score']:.2f}"
                           + ("  (it passed in an earlier attempt)" if view.get("passed_before") else ""), markup=True)
@@ -60,7 +60,7 @@ def result(view: dict[str, Any], verbose: bool = False) -> None:
         if seen < total:
             console.text(f"stuck? `trainwreck hint` ({seen} of {total} hints seen)")
         else:
-            console.text(f"all {total} hints seen (`trainwreck hint --all`); `trainwreck solution --reveal` shows the "
+            console.prose(f"all {total} hints seen (`trainwreck hint --all`); `trainwreck solution --reveal` shows the "
                          "reference fix (recorded as revealed)")
     if view.get("run_dir"):
         console.text("this run's per-rank logs:")

@@ -54,11 +54,13 @@ def shown(term: Console, width: int) -> list[str]:
     return [line.rstrip() for line in lines]
 
 
-def graded() -> GradeResult:
+def graded(**extra) -> GradeResult:
     data = result("memory-leak", {n: p for n, (p, _) in MESSAGES.items()}, throughput=True)
     for c in data["checks"]:
         c["message"] = THROUGHPUT if c["name"] == "throughput" else MESSAGES[c["name"]][1]
     data["checks"][-1]["passed"] = False
+    for k, v in extra.items():
+        data[k] = {**data[k], **v} if isinstance(v, dict) and data.get(k) else v
     return GradeResult.model_validate(data)
 
 
@@ -164,3 +166,35 @@ def test_exercise_lines_count_only_scripts(monkeypatch):
     lines = shown(term, 80)
     assert [line.split("  ")[-1].strip() for line in lines[1:5]] == ["passed", "attempted (2 tries)", "started", "-"]
     assert lines[5] == "1 of 3 passed (the 1 design scenario an interviewer scores)"
+
+
+@pytest.mark.parametrize("width", [80, 120])
+@pytest.mark.parametrize("verbose", [False, True])
+def test_grade_issues_flags_throughput_and_isolation_fit_too(monkeypatch, width, verbose):
+    long = "the loss jumps after every restart and the learning rate is back in warm-up, " * 2
+    res = graded(**{
+        "issues": [{"name": "leak", "title": long, "weight": 1.0, "fixed": False, "checks": ["memory_flat"],
+                    "failed": ["memory_flat"]},
+                   {"name": "order", "title": "t", "weight": 1.0, "fixed": True, "checks": ["completes"],
+                    "failed": []}],
+        "flags": [{"kind": "source", "what": "reads the reference's checkpoint folder " * 4, "where": "train.py:12"},
+                  {"kind": "stray", "what": "a process left running", "run": "main"}],
+        "throughput": {"fraction_of_bound": 0.5, "reference_fraction_of_bound": 0.9},
+        "isolation": {"kind": "none", "reason": "bubblewrap cannot make a user namespace here " * 2},
+    })
+    term = terminal(monkeypatch, width)
+    console.grade_summary(res, verbose=verbose)
+    lines = shown(term, width)
+    flat = " ".join(" ".join(lines).split())
+    if verbose:
+        assert " ".join(long.split()) in flat and ("reads the reference's checkpoint folder " * 4).strip() in flat
+    else:
+        at = lines.index("issues (each scored on its own):")
+        assert re.fullmatch(r"issue +verdict +failing checks +symptom", lines[at + 1])
+        assert re.match(r"leak +NOT FIXED +memory_flat +the loss jumps", lines[at + 2])
+        assert re.fullmatch(r"order +fixed +- +t", lines[at + 3]) and lines[at + 4] == "1 of 2 issues fixed"
+        at = lines.index("flags for a human (2; they do not change the verdict):")
+        assert re.match(r"source +train.py:12 +reads the reference's", lines[at + 2])
+        assert re.fullmatch(r"stray +main run +a process left running", lines[at + 3])
+    assert "(median of per-round ratios; reported, not graded)" in flat
+    assert "isolation: NONE, the candidate's code ran unisolated" in flat
