@@ -102,23 +102,42 @@ _PAREN = re.compile(r"\s*\([^()]*\)")
 _FIGURES = {"memory_flat": re.compile(r"changed (?P<fig>[+-]?[\d.]+ MB per step).*threshold (?P<bar>[\d.]+ MB)")}
 
 
+def _first_clause(message: str) -> str:
+    """The message up to its first ';' outside parentheses."""
+    depth = 0
+    for i, ch in enumerate(message):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == ";" and depth <= 0:
+            return message[:i]
+    return message
+
+
+def _no_asides(s: str) -> str:
+    while True:  # nested asides: innermost first
+        shorter = _PAREN.sub("", s)
+        if shorter == s:
+            return " ".join(s.split())
+        s = shorter
+
+
 def headline(name: str, message: str, room: int = 10**6) -> str:
-    """A check's deciding figure in ``room`` characters where it can: its message's first clause,
-    and where that is longer, without its asides in parentheses (``1.01x the broken baseline's
-    steps/s``) or, for a check whose first clause buries it, the phrase that holds it. The whole
-    message is the evidence (--verbose, result.json)."""
-    first = " ".join(message.split(";")[0].split())
+    """A check's deciding figure in ``room`` characters where it can: its message's first clause;
+    where that is longer, the phrase that holds the figure for a check whose first clause buries it,
+    or the clause without its asides in parentheses (``1.01x the broken baseline's steps/s``), or
+    what follows its colon (``final parameters match ...: largest difference 3.9e-05 in w``). The
+    whole message is the evidence (--verbose, result.json)."""
+    first = " ".join(_first_clause(message).split())
     if len(first) <= room:
         return first or " ".join(message.split())
     m = _FIGURES.get(name)
     hit = m.search(message) if m else None
     if hit:
         return f"{hit['fig']} (threshold {hit['bar']})"
-    while True:  # nested asides: innermost first
-        shorter = _PAREN.sub("", first)
-        if shorter == first:
-            return " ".join(first.split()) or " ".join(message.split())
-        first = shorter
+    short = _no_asides(first)
+    if len(short) > room and ": " in short:
+        after = short.split(": ", 1)[1]
+        return after if len(after) <= room else short
+    return short
 
 
 def _verdict(c: dict[str, Any]) -> str:

@@ -154,6 +154,12 @@ def test_the_headline_keeps_a_first_clause_that_fits_and_drops_asides_that_do_no
     assert console.headline("x", "a (b (c)) d; e", room=3) == "a d"
     assert console.headline("memory_flat", MESSAGES["memory_flat"][1], room=40) == \
         "+0.035 MB per step (threshold 0.3 MB)"
+    # a ';' inside an aside does not end the clause; the figure after a colon where the clause is long
+    assert console.headline("x", "followed the path at every step (128 steps; largest 5.8e-09)", room=30) == \
+        "followed the path at every step"
+    assert console.headline("x", "final parameters match the reference run's: largest difference 3.92e-05 "
+                                 "(0.01% of its norm) in net.0.weight; tolerance rtol=0", room=50) == \
+        "largest difference 3.92e-05 in net.0.weight"
 
 
 def test_exercise_lines_count_only_scripts(monkeypatch):
