@@ -101,7 +101,7 @@ def reset(r) -> None:
         console.text(f"your files before the reset: {r.backup}")
 
 
-def watch_event(ev: dict[str, Any], clear: bool, keys: bool = False) -> None:
+def watch_event(ev: dict[str, Any], clear: bool, keys: bool = False, verbose: bool = False) -> None:
     kind = ev["event"]
     again = ("watching: save to grade again; keys: h hint, l list, g grade now, q quit" if keys
              else "watching: save to grade again, Ctrl-C to stop")
@@ -122,11 +122,11 @@ def watch_event(ev: dict[str, Any], clear: bool, keys: bool = False) -> None:
                "quit": "q"}.get(ev["reason"], "stopping")
         console.info(f"cancelled grading {ev['n']} ({why}): stopped in {ev['seconds']:.1f} s, nothing left running")
     elif kind == "result":
-        result(ev["view"])
+        result(ev["view"], verbose)
         console.info(again)
     elif kind == "unchanged":
         console.text("unchanged since the last grading:")
-        result(ev["view"])
+        result(ev["view"], verbose)
         console.info(again)
     elif kind == "busy":
         console.info(f"grading {ev['n']} is running: its result shows when it ends (a save grades again)")

@@ -15,8 +15,11 @@ from grader import console
 @click.command("regrade")
 @click.argument("result_json", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-def command(result_json, as_json):
-    """Judge the run dirs of an earlier grading again, without re-running anything."""
+@click.option("--verbose", "-v", is_flag=True,
+              help="Each check's whole evidence (what it observed), not one line per check.")
+def command(result_json, as_json, verbose):
+    """Judge the run dirs of an earlier grading again, without re-running anything (one line per
+    check; --verbose: each check's whole evidence)."""
     from grader.exercises import find_script as find
     from grader.grade import regrade
     from grader.result import GradeResult
@@ -27,5 +30,5 @@ def command(result_json, as_json):
     out = folder / f"regrade-{datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
     res.write(out)  # beside the original, which stays as it was
     console.info(f"re-graded from stored runs: {out}")
-    console.grade_result(res, as_json)
+    console.grade_result(res, as_json, verbose)
     sys.exit(res.exit_code)

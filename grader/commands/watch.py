@@ -24,12 +24,14 @@ from grader.practice.keys import KEYS, single_keys
 @click.option("--repeats", type=click.IntRange(min=1), default=None, help="Throughput rounds (default: the manifest's).")
 @device_option
 @click.option("--no-clear", is_flag=True, help="Do not clear the terminal before each grading.")
+@click.option("--verbose", "-v", is_flag=True,
+              help="Each check's whole evidence (what it observed), not one line per check.")
 @workspace_option
 @click.option("--json", "as_json", is_flag=True, help="Print each event as one JSON object per line on stdout.")
 @click.option("--no-sandbox", "no_sandbox", is_flag=True,
               help="Run the graded code without the bubblewrap sandbox (unisolated: only where the sandbox cannot run; "
                    "result.json and every report say so).")
-def command(max_runs, repeats, device, no_clear, workspace, as_json, no_sandbox):
+def command(max_runs, repeats, device, no_clear, verbose, workspace, as_json, no_sandbox):
     """Grade this workspace on every save of its editable files, until q or Ctrl-C.
 
     Each grading runs in a child process; a save while one runs cancels it (its ranks are ended)
@@ -53,14 +55,14 @@ def command(max_runs, repeats, device, no_clear, workspace, as_json, no_sandbox)
     clear = not no_clear and console.out.is_terminal
     with grading.sigterm_interrupts(), single_keys(None if as_json else sys.stdin) as keys:
         # SIGTERM stops watching as Ctrl-C does: the grading in flight is cancelled
-        emit = console.emit_json_line if as_json else _shown(ws, clear, keys is not None)
+        emit = console.emit_json_line if as_json else _shown(ws, clear, keys is not None, verbose)
         watch.run(names, digest, lambda n: grading.spawn(ws, device=device, repeats=repeats, sandbox=not no_sandbox),
                   watch.file_changes(ws.root, names), emit, max_runs=max_runs,
                   last=(last["sha256"], last["view"]) if last and "sha256" in last and "view" in last else None,
                   keys=keys)
 
 
-def _shown(ws, clear: bool, keys: bool):
+def _shown(ws, clear: bool, keys: bool, verbose: bool = False):
     """Each event as watch prints it; after a grading, how many exercises have passed (n of N); the
     keys h (the next hint) and l (the exercises, one line each) answered here."""
     from grader.commands import list as listing
@@ -80,7 +82,7 @@ def _shown(ws, clear: bool, keys: bool):
             except PracticeError as e:
                 console.error(str(e))
             return
-        show.watch_event(ev, clear, keys)
+        show.watch_event(ev, clear, keys, verbose)
         if kind in ("result", "unchanged"):
             show.passed_line(*listing.passed_count())
 

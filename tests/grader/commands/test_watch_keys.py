@@ -105,3 +105,42 @@ def test_watch_shows_n_of_N_passed_the_keys_and_answers_h_and_l(invoke, monkeypa
     assert any(line.startswith("hint 1 of 3: ") for line in lines) and open_workspace(ws.root).state.hints_seen == 1
     assert any(re.fullmatch(r"memory-leak +script +easy +45 +started", line) for line in lines)
     assert lines[-1] == "keys: h hint, l list, g grade now, q quit"
+
+
+def test_watch_on_a_terminal_grades_on_g_and_stops_on_q(invoke, monkeypatch, tmp_path):
+    """Through the CLI, stdin a pty: the keys typed reach the loop (fake gradings, real file events)."""
+    import threading
+    import time
+
+    from tests.grader.commands.practice_fakes import FakeGrader
+
+    assert invoke("start", "memory-leak", "--dir", str(tmp_path / "ws")).code == 0
+    fake = FakeGrader()
+    monkeypatch.setattr("grader.practice.grading.spawn", fake)
+    master, slave = os.openpty()
+    stdin = os.fdopen(slave, "r", closefd=False)
+    monkeypatch.setattr("sys.stdin", stdin)
+    before = termios.tcgetattr(slave)
+
+    def typist() -> None:
+        for key, ready in ((b"g", lambda: len(fake.jobs) == 1 and fake.jobs[0].reported.is_set()),
+                           (b"q", lambda: len(fake.jobs) == 2 and fake.jobs[1].reported.is_set())):
+            end = time.time() + 20
+            while not ready() and time.time() < end:
+                time.sleep(0.02)
+            os.write(master, key)
+
+    t = threading.Thread(target=typist, daemon=True)
+    t.start()
+    p = invoke("watch", "--no-clear", cwd=tmp_path / "ws")
+    t.join(5)
+    assert p.code == 0, p.err
+    assert len(fake.jobs) == 2 and "grading 2 (as it is now" in p.out
+    assert "keys: h hint, l list, g grade now, q quit" in p.err
+    scripts = sum(e.kind == "script" for e in discover()[0])
+    assert p.out.count(f"0 of {scripts} passed") == 2
+    assert "stopped watching after 2 gradings" in p.err
+    assert termios.tcgetattr(slave) == before  # the terminal set back
+    stdin.close()
+    os.close(master)
+    os.close(slave)
