@@ -180,7 +180,7 @@ def _claims(run_dir: Path) -> dict[tuple[int, int], list[int]]:
     out: dict[tuple[int, int], list[int]] = {}
     for r in rundir.ranks_in(run_dir):
         for rec in rundir.read_records(rundir.rank_dir(run_dir, r) / rundir.EVENTS, key).valid:
-            a, pid = rec.get("attempt"), rec.get("pid")
+            a, pid = rec.get("attempt"), rec.get("sender_pid", rec.get("pid"))
             if rec.get("kind") in ("boot", "start") and type(a) is int and type(pid) is int:
                 pids = out.setdefault((r, a), [])
                 if pid not in pids:

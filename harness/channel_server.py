@@ -6,8 +6,9 @@ what the rank *claims* (the script shares the rank's address space and can send 
 so the server adds what only it knows: its own receive time (``rt``), the attempt the sending
 process is in (``attempt``, or ``a`` where the stream uses that key: from the process's launch
 environment, never from the record; a different claim is kept as ``claimed_attempt``) and, for
-``boot`` and ``start``, the rank's real pid outside the sandbox (``pid``; the rank's own view is kept
-as ``ns_pid``), and counts everything that looks like tampering: connections from processes that are
+``boot`` and ``start``, the rank's real pid outside the sandbox (``pid``: the rank's process as the
+parent identified it, even where a child of it sent the record, whose pid is then ``sender_pid``; the
+rank's own view is kept as ``ns_pid``), and counts everything that looks like tampering: connections from processes that are
 no rank, malformed or oversized lines, records for an attempt the process is not in, records that
 arrive long after the time they carry (held back) or carry a time still to come, floods past the
 caps.
@@ -82,6 +83,7 @@ class RankStats:
     oversize_lines: int = 0
     bad_lines: int = 0  # not JSON, not {"s": known stream, "r": object}
     attempt_mismatch: int = 0  # a record claiming another attempt than its process is in
+    foreign_starts: int = 0  # boot or start records sent by a process under the rank, not the rank's own
     late: int = 0  # records received more than LATE_S after the time they say they were made
     ahead: int = 0  # records that say they were made more than AHEAD_S after they were received
     worst_lag_s: float = 0.0
@@ -226,6 +228,8 @@ class ChannelServer:
         for r, s in sorted(self.ranks.items()):
             for what, n in (("lines that are no record", s.bad_lines), ("oversized lines", s.oversize_lines),
                             ("records for another attempt", s.attempt_mismatch),
+                            ("boot or start records sent by a process under the rank, not the rank itself",
+                             s.foreign_starts),
                             (f"records received more than {LATE_S:g} s after the time they carry (held back in "
                              f"the rank; the latest {s.worst_lag_s:g} s)", s.late),
                             ("records carrying a time later than their arrival", s.ahead),
@@ -410,7 +414,12 @@ class ChannelServer:
             elif lag < -AHEAD_S:
                 stats.ahead += 1
         if rec.get("kind") in ("boot", "start") and stream == rundir.EVENTS:
-            rec["ns_pid"], rec["pid"] = rec.get("pid"), c.pid
+            # the rank's process as the parent identified it, whoever sent the record: a child of the
+            # script that sends a start record must not become the process the parent watches and kills
+            rec["ns_pid"], rec["pid"] = rec.get("pid"), c.peer.pid
+            if c.pid != c.peer.pid:
+                rec["sender_pid"] = c.pid
+                stats.foreign_starts += 1
         stats.records += 1
         stats.record_bytes += len(line) + 1
         out.setdefault(stream, []).append(rundir.sign(rec, self.key) + "\n")

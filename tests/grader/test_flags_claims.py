@@ -10,13 +10,15 @@ from harness import rundir
 from tests.grader.rundirs import RunDirBuilder
 
 
-def _run(root, decoy: bool, kill: bool = True, ran_on: bool = False):
+def _run(root, decoy: bool, kill: bool = True, ran_on: bool = False, stamped: bool = False):
     b = RunDirBuilder(root)
     for r in range(2):
         b.event(r, kind="boot", attempt=0, t=0.0, pid=100 + r, rank=r)
         b.event(r, kind="start", attempt=0, t=1.0, pid=100 + r, rank=r)
         b.event(r, kind="boot", attempt=1, t=5.0, pid=200 + r, rank=r)  # the restart: a new process
-    if decoy:
+    if decoy and stamped:  # today's channel: the rank's pid, the sender's beside it
+        b.event(1, kind="start", attempt=0, t=1.5, pid=101, sender_pid=999, rank=1)
+    elif decoy:  # the channel before 2e0174c's finding: the sender's pid as the rank's
         b.event(1, kind="start", attempt=0, t=1.5, pid=999, rank=1)
     for s in range(44, 50 if ran_on else 46):
         b.event(1, kind="step", attempt=0, t=2.0 + s / 100, step=s, dt=0.01, rss_mb=1.0)
@@ -35,6 +37,12 @@ def test_a_decoy_that_took_the_kill_is_flagged(tmp_path):
     assert ("tampering", "rank 1 was started by 2 processes (pids 101, 999): a process other than the rank's own "
             "sent a boot or start record, claiming to be it") in found, found
     assert any(k == "fault" and "hit pid 999, not the rank's own process (pid 101" in w for k, w in found), found
+
+
+def test_a_decoy_the_channel_stamped_with_the_rank_s_pid_is_still_named(tmp_path):
+    found = [(f.kind, f.what) for f in flags.run_flags("main", _run(tmp_path / "main", decoy=True, stamped=True))]
+    assert ("tampering", "rank 1 was started by 2 processes (pids 101, 999): a process other than the rank's own "
+            "sent a boot or start record, claiming to be it") in found, found
 
 
 def test_a_kill_of_the_rank_itself_and_a_restart_raise_nothing(tmp_path):

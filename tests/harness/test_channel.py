@@ -97,6 +97,20 @@ def test_records_are_signed_by_the_parent_with_its_receive_time(server, tmp_path
     assert stats["tampering"] == [] and stats["ranks"]["0"]["records"] == 3
 
 
+def test_a_start_sent_from_under_the_rank_names_the_rank_s_process_not_the_sender(server, tmp_path):
+    """A child of the script that sends a start record must not become the process the parent
+    watches and kills: the record carries the rank's pid as the parent identified it, the sender's
+    beside it, and the server counts it as tampering."""
+    srv = server(identify=lambda pid: Peer(0, 0, 4242))  # this process sits under rank 0, whose pid is 4242
+    channel.RecordWriter(Path("/anywhere/ranks/0") / rundir.EVENTS).write(
+        {"kind": "start", "attempt": 0, "t": time.time(), "pid": 7, "rank": 0})
+    stats = settle(srv)
+    rec = stored(tmp_path).valid[0]
+    assert (rec["pid"], rec["sender_pid"], rec["ns_pid"]) == (4242, os.getpid(), 7)
+    assert stats["tampering"] == ["rank 0: 1 boot or start records sent by a process under the rank, not the rank "
+                                  "itself"]
+
+
 @pytest.mark.parametrize("line, counter", [
     (b"not json", "bad_lines"),
     (b'{"s": "../../run.json", "r": {"kind": "x"}}', "bad_lines"),
