@@ -60,6 +60,49 @@ def prose(msg: str, style: str | None = None) -> None:
     out.print(Text(printable(msg), style=style or ""), soft_wrap=False)
 
 
+_LEAD = re.compile(r"(?P<quote>(?:>\s?)*)(?P<indent>\s*)(?P<marker>(?:[-*+]|\d+[.)])\s+)?")
+
+
+def reflow_markdown(md: str, width: int) -> list[str]:
+    """Markdown text (a brief) word-wrapped at ``width``: each paragraph, quote and list item is
+    joined and wrapped again, keeping its quote marks and its item's indent; headings, fenced code,
+    tables and blank lines are left as they are (a word longer than the width stays whole)."""
+    import textwrap
+
+    done: list[str] = []
+    block: list[str] = []
+    first = rest = ""
+    fence = False
+
+    def flush() -> None:
+        if block:
+            done.extend(textwrap.wrap(" ".join(block), width, initial_indent=first, subsequent_indent=rest,
+                                      break_long_words=False, break_on_hyphens=False) or [first.rstrip()])
+            block.clear()
+
+    for line in md.splitlines():
+        stripped = line.lstrip("> ").strip()
+        if line.lstrip().startswith("```"):
+            flush()
+            fence = not fence
+            done.append(line)
+            continue
+        if fence or not stripped or stripped.startswith(("#", "|")):
+            flush()
+            done.append(line)
+            continue
+        m = _LEAD.match(line)
+        quote = m["quote"].replace(" ", "")
+        quote = " ".join(quote) + " " if quote else ""
+        if m["marker"] or not block or (quote and not rest.startswith(quote)) or (not quote and rest.startswith(">")):
+            flush()
+            first = quote + m["indent"] + (m["marker"] or "")
+            rest = quote + m["indent"] + " " * len(m["marker"] or "")
+        block.append(line[m.end():].strip())
+    flush()
+    return done
+
+
 def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> None:
     t = Table(title=Text(title) if title else None, title_justify="left", show_lines=False)
     for i, c in enumerate(columns):

@@ -1,5 +1,5 @@
 """``trainwreck show SLUG``: an exercise's facts and its brief (for a design scenario also its
-constraints and the files the candidate is handed)."""
+constraints and the files the candidate is handed), the brief word-wrapped at the terminal's width."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def command(slug):
         ])
         for name in ("BRIEF.md", "CONSTRAINTS.md"):
             if (ex.dir / name).exists():
-                console.text((ex.dir / name).read_text())
+                _brief((ex.dir / name).read_text())
         return
     console.table(m.title, ["fact", "value"], [
         ["slug", m.slug], ["symptom", m.symptom], ["difficulty", m.difficulty],
@@ -34,4 +34,10 @@ def command(slug):
         ["checks", ", ".join(c.name for c in m.checks)],
     ])
     if ex.brief.exists():
-        console.text(ex.brief.read_text())
+        _brief(ex.brief.read_text())
+
+
+def _brief(md: str) -> None:
+    """A brief, its paragraphs word-wrapped at the terminal's width (commands in code blocks whole)."""
+    for line in console.reflow_markdown(md, console.out.width):
+        console.text(line)

@@ -204,3 +204,26 @@ def test_grade_issues_flags_throughput_and_isolation_fit_too(monkeypatch, width,
         assert re.fullmatch(r"stray +main run +a process left running", lines[at + 3])
     assert "(median of per-round ratios; reported, not graded)" in flat
     assert "isolation: NONE, the candidate's code ran unisolated" in flat
+
+
+@pytest.mark.parametrize("width", [80, 120])
+@pytest.mark.parametrize("slug", [e.slug for e in discover()[0]])
+def test_show_wraps_the_brief_at_the_width_and_keeps_every_word(invoke, monkeypatch, slug, width):
+    from grader.exercises import find
+
+    term = terminal(monkeypatch, width)
+    assert invoke("show", slug).code == 0
+    lines = term.export_text().splitlines()
+    fence, too_wide = False, []
+    for line in lines:
+        if line.lstrip().startswith("```"):
+            fence = not fence
+        elif not fence and len(line) > width and " " in line.strip():  # a single long word stays whole
+            too_wide.append(line)
+    assert not too_wide
+    ex = find(slug)
+    briefs = [ex.dir / n for n in ("BRIEF.md", "CONSTRAINTS.md")] if ex.kind == "scenario" else [ex.brief]
+    words = [w for b in briefs if b.exists() for w in b.read_text().split() if w != ">"]
+    shown_words = [w for w in " ".join(lines).split() if w != ">"]
+    n = len(words)
+    assert any(shown_words[i:i + n] == words for i in range(len(shown_words) - n + 1))
