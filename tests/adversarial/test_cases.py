@@ -30,9 +30,15 @@ def test_every_attack_file_is_used():
 
 
 def test_the_suite_covers_the_issue():
-    assert len(CASES) >= 25
+    ids = [c.id for c in CASES]
+    assert len(ids) == len(set(ids))
     assert len({c.exercise for c in CASES}) >= 3
     assert set(SLUGS) == {c.klass for c in CASES}
+    # issue 25's classes: held records, faults removed, internals by computed names, roles told apart,
+    # claims of another rank, attempt or time
+    assert {"hold-records-stall", "hold-records-leak", "disarm-kill", "walk-objects", "decoy-takes-the-kill",
+            "computed-names", "fix-when-graded", "fast-when-timed", "restart-role-tricks", "child-claims-rank",
+            "ahead-of-time"} <= set(ids)
 
 
 def test_compose_refuses_a_script_it_cannot_splice():
@@ -63,8 +69,10 @@ def test_grade_one_writes_its_summary_where_told_whatever_the_flags(tmp_path):
     assert data["outcome"] == "refused" and "no-such-exercise" in data["error"]
 
 
-def test_cis_tier_has_one_case_per_defence_of_issue_25_and_stays_short():
+def test_cis_tier_has_a_case_of_every_class_and_stays_short():
     ci = [c for c in CASES if c.ci]
-    # the environment a role sees, memory from outside (with its flag), faults from outside
-    assert {"fix-when-graded", "patch-psutil", "disarm-kill"} <= {c.id for c in ci}
-    assert sum(c.limit_s for c in ci) <= 900 and all(c.exercise != "slow-input-pipeline" for c in ci)  # no throughput rounds
+    assert {c.klass for c in ci} == set(SLUGS)  # an attack that once failed cannot come back unseen
+    # issue 25's defences: the environment a role sees, faults from outside, records held back
+    assert {"fix-when-graded", "disarm-kill", "hold-records-leak"} <= {c.id for c in ci}
+    # about 50 s a case with its honest grading; no throughput rounds (minutes each)
+    assert len(ci) <= 12 and all(c.exercise not in ("slow-input-pipeline", "periodic-stall") for c in ci)
