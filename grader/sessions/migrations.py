@@ -105,7 +105,30 @@ CREATE TABLE quiz_answers (
 CREATE INDEX quiz_answers_by_session ON quiz_answers (session_id, id);
 """
 
-MIGRATIONS: list[str] = [V1, V2, V3]
+# 4: scorecards a hiring committee uses: each sheet's overall recommendation and its reason (NULL
+# on sheets saved before: shown as "not given"); sheets deleted, kept as they were; when the
+# feedback round was given, which opens the revision window.
+V4 = """
+ALTER TABLE feedback ADD COLUMN recommendation TEXT;
+ALTER TABLE feedback ADD COLUMN recommendation_reason TEXT NOT NULL DEFAULT '';
+CREATE TABLE sheet_deletions (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id   TEXT NOT NULL REFERENCES sessions(id),
+    slug         TEXT NOT NULL,
+    interviewer  TEXT NOT NULL,
+    deleted_at   TEXT NOT NULL,
+    sheet        TEXT NOT NULL
+);
+CREATE TABLE feedback_rounds (
+    session_id  TEXT NOT NULL,
+    slug        TEXT NOT NULL,
+    given_at    TEXT NOT NULL,
+    PRIMARY KEY (session_id, slug),
+    FOREIGN KEY (session_id, slug) REFERENCES session_exercises(session_id, slug)
+);
+"""
+
+MIGRATIONS: list[str] = [V1, V2, V3, V4]
 LATEST = len(MIGRATIONS)
 
 

@@ -9,6 +9,8 @@ from typing import Any
 
 ATTEMPT_STATUSES = ("running", "done", "error", "interrupted")
 REVISION_OUTCOMES = ("improved", "partly", "unchanged", "worse", "not-attempted")
+RECOMMENDATIONS = ("strong-no", "no", "yes", "strong-yes")  # an interviewer's hire recommendation
+NOT_GIVEN = "not given"  # how a sheet without a recommendation (one saved before they existed) shows
 
 
 def now() -> str:
@@ -111,6 +113,39 @@ class FeedbackRound:
 
 
 @dataclass(frozen=True)
+class Recommendation:
+    """An interviewer's overall call on the candidate, and why (the reason is required)."""
+
+    verdict: str  # one of RECOMMENDATIONS
+    reason: str
+
+    @property
+    def words(self) -> str:
+        return self.verdict.replace("-", " ")
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def recommendation_words(rec: Recommendation | None) -> str:
+    return rec.words if rec else NOT_GIVEN
+
+
+@dataclass(frozen=True)
+class SheetDeletion:
+    """A score sheet taken out of a session: who deleted whose sheet, when, and what it held."""
+
+    session_id: str
+    slug: str
+    interviewer: str
+    deleted_at: str
+    sheet: dict[str, Any]  # the sheet as it was (ScoreSheet.to_json())
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class ScoreSheet:
     """One interviewer's scores of one exercise of a session."""
 
@@ -120,6 +155,11 @@ class ScoreSheet:
     levels: dict[str, DimensionScore]
     feedback: FeedbackRound
     updated_at: str | None = None
+    recommendation: Recommendation | None = None  # None: saved before recommendations existed
+
+    @property
+    def recommendation_words(self) -> str:
+        return recommendation_words(self.recommendation)
 
     def level_map(self) -> dict[str, int]:
         return {k: v.level for k, v in self.levels.items() if v.level}
@@ -127,7 +167,8 @@ class ScoreSheet:
     def to_json(self) -> dict[str, Any]:
         return {"interviewer": self.interviewer, "exercise": self.slug, "updated_at": self.updated_at,
                 "levels": self.level_map(), "notes": {k: v.note for k, v in self.levels.items() if v.note},
-                "feedback": self.feedback.to_json()}
+                "feedback": self.feedback.to_json(),
+                "recommendation": self.recommendation.to_json() if self.recommendation else None}
 
 
 def dumps(obj: Any) -> str:

@@ -6,6 +6,8 @@ File format (TOML; JSON with the same keys works too)::
 
     exercise = "sampler-replay"        # optional when the session has one exercise
     interviewer = "ada"                # optional; --interviewer wins
+    recommendation = "yes"             # required: strong-no | no | yes | strong-yes
+    recommendation_reason = "..."      # required: why, in a sentence or two
     [levels]                           # rubric leaf id = level
     root-cause = 3
     method = 2
@@ -18,6 +20,9 @@ File format (TOML; JSON with the same keys works too)::
     revision_notes = "..."
     notes = "..."                      # overall notes
     followups_asked = ["How would you prove ..."]   # the question text, or its number in `session show`
+
+A sheet that scores no rubric leaf is refused (nothing is saved), as is one without a
+recommendation and its reason.
 """
 
 from __future__ import annotations
@@ -31,10 +36,17 @@ from typing import Any
 
 from grader.rubric import Rubric, RubricError
 from grader.sessions.errors import SessionError
-from grader.sessions.models import REVISION_OUTCOMES, DimensionScore, FeedbackRound, ScoreSheet
+from grader.sessions.models import (
+    RECOMMENDATIONS,
+    REVISION_OUTCOMES,
+    DimensionScore,
+    FeedbackRound,
+    Recommendation,
+    ScoreSheet,
+)
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-TOP_KEYS = {"exercise", "interviewer", "levels", "notes", "feedback"}
+TOP_KEYS = {"exercise", "interviewer", "levels", "notes", "feedback", "recommendation", "recommendation_reason"}
 FEEDBACK_KEYS = {"strength", "improvement", "revision_outcome", "revision_notes", "notes", "followups_asked"}
 
 
@@ -88,6 +100,11 @@ def sheet_from_data(data: dict[str, Any], rubric: Rubric, sid: str, slug: str, i
         raise SessionError(f"{where}: feedback.revision_outcome: {outcome!r} is not an outcome; use one of "
                            f"{', '.join(REVISION_OUTCOMES)}")
     asked = [resolve_followup(q, followups, where) for q in fb.get("followups_asked", [])]
+    if not levels:
+        leaf = next(d.id for d in rubric.leaves()) if rubric.leaves() else "leaf"
+        raise SessionError(f"{where}: levels: the sheet scores no rubric leaf, so it is empty; score at least one "
+                           f"under [levels] (e.g. {leaf} = {rubric.levels[-1]})")
+    rec = recommendation_from(data.get("recommendation"), data.get("recommendation_reason"), where)
     scores = {d: DimensionScore(d, int(lv), clean(notes.get(d, ""))) for d, lv in levels.items()}
     for d, note in notes.items():  # a note on a dimension left unscored (or a parent) is kept with level 0
         if d not in scores:
@@ -95,7 +112,27 @@ def sheet_from_data(data: dict[str, Any], rubric: Rubric, sid: str, slug: str, i
     return ScoreSheet(sid, slug, clean(interviewer), scores, FeedbackRound(
         strength=clean(fb.get("strength", "")), improvement=clean(fb.get("improvement", "")),
         revision_outcome=outcome, revision_notes=clean(fb.get("revision_notes", "")), notes=clean(fb.get("notes", "")),
-        followups_asked=asked))
+        followups_asked=asked), recommendation=rec)
+
+
+def normalise_verdict(v: Any) -> str:
+    return re.sub(r"[\s_]+", "-", clean(v).lower())
+
+
+def recommendation_from(verdict: Any, reason: Any, where: str) -> Recommendation:
+    """The overall recommendation and its reason, both required."""
+    choices = ", ".join(RECOMMENDATIONS)
+    if verdict is None or not clean(verdict):
+        raise SessionError(f"{where}: recommendation: missing; add recommendation = one of {choices}, "
+                           "with recommendation_reason")
+    v = normalise_verdict(verdict)
+    if v not in RECOMMENDATIONS:
+        raise SessionError(f"{where}: recommendation: {clean(verdict)!r} is not a recommendation; use one of {choices}")
+    why = clean(reason)
+    if not why:
+        raise SessionError(f"{where}: recommendation_reason: missing; say why you recommend {v} "
+                           "(recommendation_reason = \"...\")")
+    return Recommendation(v, why)
 
 
 def resolve_followup(q: Any, followups: list[str], where: str) -> str:
@@ -159,7 +196,19 @@ def interactive(rubric: Rubric, sid: str, slug: str, interviewer: str, followups
         say(f"    {outcome!r} is not an outcome; type one of {', '.join(REVISION_OUTCOMES)}")
     revision_notes = ask("revision notes", default=fb.revision_notes)
     overall = ask("overall notes", default=fb.notes)
-    data = {"levels": levels, "notes": notes,
+    prev = previous.recommendation if previous else None
+    while True:
+        verdict = normalise_verdict(ask(f"recommendation ({'|'.join(RECOMMENDATIONS)})",
+                                        default=prev.verdict if prev else ""))
+        if verdict in RECOMMENDATIONS:
+            break
+        say(f"    {verdict!r} is not a recommendation; type one of {', '.join(RECOMMENDATIONS)}")
+    while True:
+        reason = clean(ask("why (required)", default=prev.reason if prev else ""))
+        if reason:
+            break
+        say("    the recommendation needs a reason; say why in a sentence")
+    data = {"levels": levels, "notes": notes, "recommendation": verdict, "recommendation_reason": reason,
             "feedback": {"strength": strength, "improvement": improvement, "revision_outcome": outcome,
                          "revision_notes": revision_notes, "notes": overall, "followups_asked": asked}}
     return sheet_from_data(data, rubric, sid, slug, interviewer, followups, where="interactive")

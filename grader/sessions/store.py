@@ -28,9 +28,11 @@ from grader.sessions.models import (
     Attempt,
     DimensionScore,
     FeedbackRound,
+    Recommendation,
     ScoreSheet,
     Session,
     SessionExercise,
+    SheetDeletion,
     dumps,
     now,
 )
@@ -223,10 +225,11 @@ class Store:
         return [{"question": r["question_id"], "answer": r["answer"], "correct": bool(r["correct"]),
                  "verdict": json.loads(r["verdict"]), "answered_at": r["answered_at"]} for r in rows]
 
-    def save_sheet(self, sheet: ScoreSheet) -> None:
+    def save_sheet(self, sheet: ScoreSheet, at: str | None = None) -> None:
         """Replace one interviewer's scores and feedback for one exercise, as one transaction."""
-        t = now()
+        t = at or now()
         fb = sheet.feedback
+        rec = sheet.recommendation
         with self.write() as c:
             c.execute("DELETE FROM scores WHERE session_id = ? AND slug = ? AND interviewer = ?",
                       (sheet.session_id, sheet.slug, sheet.interviewer))
@@ -235,10 +238,11 @@ class Store:
                           "VALUES (?, ?, ?, ?, ?, ?, ?)",
                           (sheet.session_id, sheet.slug, sheet.interviewer, s.dimension, s.level, s.note, t))
             c.execute("INSERT OR REPLACE INTO feedback (session_id, slug, interviewer, strength, improvement, "
-                      "revision_outcome, revision_notes, notes, followups_asked, updated_at) "
-                      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                      "revision_outcome, revision_notes, notes, followups_asked, updated_at, recommendation, "
+                      "recommendation_reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                       (sheet.session_id, sheet.slug, sheet.interviewer, fb.strength, fb.improvement,
-                       fb.revision_outcome, fb.revision_notes, fb.notes, json.dumps(fb.followups_asked), t))
+                       fb.revision_outcome, fb.revision_notes, fb.notes, json.dumps(fb.followups_asked), t,
+                       rec.verdict if rec else None, rec.reason if rec else ""))
 
     def sheets(self, sid: str, slug: str) -> list[ScoreSheet]:
         """Every interviewer's sheet for one exercise, by interviewer name."""
@@ -249,13 +253,53 @@ class Store:
             levels.setdefault(r["interviewer"], {})[r["dimension"]] = DimensionScore(r["dimension"], r["level"], r["note"])
             updated[r["interviewer"]] = r["updated_at"]
         feedback: dict[str, FeedbackRound] = {}
+        recs: dict[str, Recommendation] = {}
         for r in self.conn.execute("SELECT * FROM feedback WHERE session_id = ? AND slug = ?", (sid, slug)):
+            if r["recommendation"]:
+                recs[r["interviewer"]] = Recommendation(r["recommendation"], r["recommendation_reason"])
             feedback[r["interviewer"]] = FeedbackRound(
                 strength=r["strength"], improvement=r["improvement"], revision_outcome=r["revision_outcome"],
                 revision_notes=r["revision_notes"], notes=r["notes"], followups_asked=json.loads(r["followups_asked"]))
             updated[r["interviewer"]] = max(updated.get(r["interviewer"], ""), r["updated_at"])
-        return [ScoreSheet(sid, slug, who, levels.get(who, {}), feedback.get(who, FeedbackRound()), updated[who])
+        return [ScoreSheet(sid, slug, who, levels.get(who, {}), feedback.get(who, FeedbackRound()), updated[who],
+                           recs.get(who))
                 for who in sorted(set(levels) | set(feedback))]
+
+    def delete_sheet(self, sid: str, slug: str, interviewer: str, at: str | None = None) -> SheetDeletion:
+        """Take one interviewer's sheet for one exercise out, keeping what it held in
+        ``sheet_deletions``; other sheets, attempts and the session stay as they were."""
+        sheet = next((sh for sh in self.sheets(sid, slug) if sh.interviewer == interviewer), None)
+        if sheet is None:
+            who = ", ".join(sh.interviewer for sh in self.sheets(sid, slug)) or "nobody"
+            raise SessionError(f"session {sid} has no sheet by {interviewer!r} for {slug}; scored by: {who}")
+        gone = SheetDeletion(sid, slug, interviewer, at or now(), sheet.to_json())
+        with self.write() as c:
+            for table in ("scores", "feedback"):
+                c.execute(f"DELETE FROM {table} WHERE session_id = ? AND slug = ? AND interviewer = ?",
+                          (sid, slug, interviewer))
+            c.execute("INSERT INTO sheet_deletions (session_id, slug, interviewer, deleted_at, sheet) "
+                      "VALUES (?, ?, ?, ?, ?)", (sid, slug, interviewer, gone.deleted_at, dumps(gone.sheet)))
+        return gone
+
+    def sheet_deletions(self, sid: str) -> list[SheetDeletion]:
+        rows = self.conn.execute("SELECT * FROM sheet_deletions WHERE session_id = ? ORDER BY id", (sid,))
+        return [SheetDeletion(r["session_id"], r["slug"], r["interviewer"], r["deleted_at"], json.loads(r["sheet"]))
+                for r in rows]
+
+    # ---- the feedback round's revision window --------------------------------------------------
+    def give_feedback(self, sid: str, slug: str, at: str | None = None) -> str:
+        """Record that the feedback round was given now (it opens the revision window); giving it
+        again moves the window's start. Returns the time recorded."""
+        t = at or now()
+        with self.write() as c:
+            c.execute("INSERT OR REPLACE INTO feedback_rounds (session_id, slug, given_at) VALUES (?, ?, ?)",
+                      (sid, slug, t))
+        return t
+
+    def feedback_given_at(self, sid: str, slug: str) -> str | None:
+        r = self.conn.execute("SELECT given_at FROM feedback_rounds WHERE session_id = ? AND slug = ?",
+                              (sid, slug)).fetchone()
+        return r["given_at"] if r else None
 
 
 def _alive(pid: int | None) -> bool:

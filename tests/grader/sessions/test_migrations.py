@@ -15,11 +15,11 @@ def tables(conn):
 
 def test_empty_database_migrates_to_latest(tmp_path):
     store = Store.open(tmp_path / "s.db")
-    assert migrations.version(store.conn) == migrations.LATEST == 3
+    assert migrations.version(store.conn) == migrations.LATEST == 4
     assert {"sessions", "session_exercises", "attempts", "scores", "feedback"} <= tables(store.conn)
     assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     Store.open(tmp_path / "s.db").close()  # opening again applies nothing
-    assert migrations.version(store.conn) == 3
+    assert migrations.version(store.conn) == 4
 
 
 def test_version_1_database_keeps_its_rows(tmp_path):
@@ -33,11 +33,14 @@ def test_version_1_database_keeps_its_rows(tmp_path):
     conn.execute("INSERT INTO scores VALUES ('s1', 'ex', 'ada', 'fix', 3, 'n', 't3')")
     conn.close()
     store = Store.open(tmp_path / "s.db")
-    assert migrations.version(store.conn) == 3
+    assert migrations.version(store.conn) == 4
     a1, a2 = store.attempts("s1")
     assert (a1.status, a1.pid, a1.series) == ("done", None, None)
     assert a2.status == "interrupted"  # a version-1 grading left running cannot be alive any more
     assert store.sheets("s1", "ex")[0].level_map() == {"fix": 3}
+    old = store.sheets("s1", "ex")[0]  # saved before recommendations existed: "not given", no crash
+    assert old.recommendation is None and old.recommendation_words == "not given"
+    assert old.to_json()["recommendation"] is None
     assert store.exercises("s1")[0].diagnosis is None
 
 
@@ -45,7 +48,7 @@ def test_newer_schema_is_refused(tmp_path):
     conn = sqlite3.connect(tmp_path / "s.db")
     conn.execute("PRAGMA user_version = 99")
     conn.close()
-    with pytest.raises(SessionError, match="schema version 99 is newer than this trainwreck's 3; upgrade"):
+    with pytest.raises(SessionError, match="schema version 99 is newer than this trainwreck's 4; upgrade"):
         Store.open(tmp_path / "s.db")
 
 
@@ -62,3 +65,18 @@ def test_not_a_database_is_one_line(tmp_path):
     (tmp_path / "s.db").write_text("hello, not sqlite" * 100)
     with pytest.raises(SessionError, match="not a session database"):
         Store.open(tmp_path / "s.db")
+
+
+def test_version_3_sheet_loads_without_a_recommendation(tmp_path):
+    conn = connect(tmp_path / "s.db")
+    assert migrations.migrate(conn, target=3) == 3
+    conn.execute("INSERT INTO sessions VALUES ('s1', 'Ada', 't0', 't0', 60, '/r', NULL)")
+    conn.execute("INSERT INTO session_exercises (session_id, slug, position, workspace, rubric_id, graded, title) "
+                 "VALUES ('s1', 'ex', 0, '/r/ex', 'distributed-debugging', 1, 'Ex')")
+    conn.execute("INSERT INTO feedback (session_id, slug, interviewer, strength, updated_at) "
+                 "VALUES ('s1', 'ex', 'ada', 'calm', 't3')")
+    conn.close()
+    store = Store.open(tmp_path / "s.db")
+    (sh,) = store.sheets("s1", "ex")
+    assert (sh.feedback.strength, sh.recommendation, sh.recommendation_words) == ("calm", None, "not given")
+    assert store.sheet_deletions("s1") == [] and store.feedback_given_at("s1", "ex") is None

@@ -37,16 +37,18 @@ def test_bad_sheets_name_the_field(data, error):
 
 def test_sheet_from_data_cleans_text_and_resolves_followups():
     sh = sheet_from_data({"levels": {"fix": 3}, "notes": {"fix": "ok\x1b[31m", "remedy": "parent note"},
-                          "feedback": {"strength": " calm\x07 ", "followups_asked": [2, "own?"]}},
+                          "feedback": {"strength": " calm\x07 ", "followups_asked": [2, "own?"]},
+                          "recommendation": "Strong Yes", "recommendation_reason": " fixed it\x1b "},
                          RUBRIC, "s", "ex", "ada\x00", QS)
     assert sh.interviewer == "ada" and sh.levels["fix"].note == "ok[31m" and sh.feedback.strength == "calm"
     assert sh.level_map() == {"fix": 3} and sh.levels["remedy"].note == "parent note"
     assert sh.feedback.followups_asked == ["q two?", "own?"]
+    assert (sh.recommendation.verdict, sh.recommendation.reason) == ("strong-yes", "fixed it")
 
 
 def test_interactive_scoring_asks_every_leaf_and_the_feedback_round():
     answers = iter(["3", "note rc", "x", "2", "", "", "", "4", "", "", "", "1,2", "strong", "improve",
-                    "meh", "improved", "rev notes", "overall"])
+                    "meh", "improved", "rev notes", "overall", "maybe", "yes", "", "found the cause"])
     said = []
     sh = interactive(RUBRIC, "s", "ex", "ada", QS, ask=lambda text, default="": next(answers), say=said.append)
     assert sh.level_map() == {"root-cause": 3, "method": 2, "verification": 4}
@@ -55,6 +57,9 @@ def test_interactive_scoring_asks_every_leaf_and_the_feedback_round():
     assert sh.feedback.followups_asked == QS and sh.feedback.notes == "overall"
     assert any("'x' is not a level" in s for s in said) and any("'meh' is not an outcome" in s for s in said)
     assert any(RUBRIC.feedback.strength_prompt in s for s in said)
+    assert (sh.recommendation.verdict, sh.recommendation.reason) == ("yes", "found the cause")
+    assert any("'maybe' is not a recommendation" in s for s in said)
+    assert any("needs a reason" in s for s in said)
 
 
 def test_calibration_flags_dimensions_two_levels_apart(tmp_path):
@@ -90,7 +95,8 @@ def test_session_commands_through_click(tmp_path):
     sid = out["session"]
     sheet = tmp_path / "sheet.json"
     sheet.write_text(json.dumps({"levels": {"root-cause": 4}, "feedback": {"strength": "s", "revision_outcome": "partly",
-                                                                         "followups_asked": [1]}}))
+                                                                         "followups_asked": [1]},
+                                 "recommendation": "yes", "recommendation_reason": "r"}))
     r = runner.invoke(session_cmd, ["score", sid, "--interviewer", "ada", "--file", str(sheet), "--db", db, "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["sheet"]["levels"] == {"root-cause": 4}
