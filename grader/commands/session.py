@@ -1,4 +1,4 @@
-"""``trainwreck session new | show | score | list | close``: the interviewer's side of a live work
+"""``trainwreck session new | show | score | unscore | feedback | list | close``: the interviewer's side of a live work
 sample, recorded in the session store (SQLite; ``--db``, default ``$TRAINWRECK_HOME/sessions.db``
 or ``~/.trainwreck/sessions.db``)."""
 
@@ -59,6 +59,7 @@ def new_cmd(candidate, exercises, minutes, root, db, as_json):
 @json_option
 def show_cmd(session, watch, db, as_json):
     """The live view: clock, attempts, checks flipping between attempts, the follow-ups to ask."""
+    from grader.sessions.committee import lines
     from grader.sessions.live import session_view
 
     with _store(db) as store:
@@ -70,6 +71,8 @@ def show_cmd(session, watch, db, as_json):
                 if watch:
                     console.out.clear()
                 show.session_view(view)
+                for line in lines(view):
+                    console.text(line)
             if not watch or as_json:
                 return
             time.sleep(watch)
@@ -84,7 +87,9 @@ def show_cmd(session, watch, db, as_json):
 @db_option
 @json_option
 def score_cmd(session, interviewer, exercise, sheet_file, db, as_json):
-    """Rubric levels per leaf, notes, and the feedback round (strength, improvement, revision outcome)."""
+    """Rubric levels per leaf, notes, the feedback round (strength, improvement, revision outcome),
+    and the overall recommendation (strong-no, no, yes, strong-yes) with its reason. A sheet that
+    scores no rubric leaf is refused and nothing is saved."""
     from grader.sessions.calibration import calibrate
     from grader.sessions.live import exercise_view
     from grader.sessions.scoresheet import clean, interactive, read_file, sheet_from_data
@@ -114,6 +119,52 @@ def score_cmd(session, interviewer, exercise, sheet_file, db, as_json):
         else:
             show.sheet_saved(sheet, ev.rubric)
             show.calibration(cal, sx.slug)
+
+
+@command.command("unscore")
+@click.argument("session")
+@click.option("--interviewer", required=True, help="Whose score sheet to delete.")
+@click.option("--exercise", default=None, help="Which exercise (needed when the session has several).")
+@db_option
+@json_option
+def unscore_cmd(session, interviewer, exercise, db, as_json):
+    """Delete one interviewer's score sheet for one exercise. The deletion is recorded with what
+    the sheet held (shown by `session show`); other sheets and the attempts are kept."""
+    from grader.sessions.scoresheet import clean
+
+    with _store(db) as store:
+        s = store.session(session)
+        sx = store.exercise(s.id, exercise)
+        gone = store.delete_sheet(s.id, sx.slug, clean(interviewer))
+        if as_json:
+            console.emit_json({"session": s.id, "deleted": gone.to_json()})
+        else:
+            console.text(f"deleted {gone.interviewer}'s sheet for {gone.slug} "
+                         f"(kept in the session's record of deletions)")
+
+
+@command.command("feedback")
+@click.argument("session")
+@click.option("--exercise", default=None, help="Which exercise (needed when the session has several).")
+@db_option
+@json_option
+def feedback_cmd(session, exercise, db, as_json):
+    """Record that the feedback round was given now: it opens the revision window (the rubric's
+    minutes). Attempts in it, or after it, are marked on the timeline."""
+    from grader.sessions.live import exercise_rubric
+    from grader.sessions.models import parse_time
+
+    with _store(db) as store:
+        s = store.session(session)
+        sx = store.exercise(s.id, exercise)
+        at = store.give_feedback(s.id, sx.slug)
+        minutes = exercise_rubric(sx).feedback.revision_minutes
+        if as_json:
+            console.emit_json({"session": s.id, "exercise": sx.slug, "given_at": at, "minutes": minutes})
+        else:
+            offset = (parse_time(at) - parse_time(s.started_at)).total_seconds()
+            console.text(f"feedback given for {sx.slug} at {show.mmss(offset)}: "
+                         f"revision window open for {minutes} min")
 
 
 @command.command("quiz")

@@ -33,6 +33,7 @@ class TimelineEntry:
     offset_s: float  # since the session's clock started
     added: int
     removed: int
+    marks: list[str] = field(default_factory=list)  # revision window, passed over time (sessions.timeline)
 
 
 @dataclass
@@ -68,6 +69,7 @@ class ExerciseReport:
     diagnosis: str | None
     latest_checks: list[dict[str, Any]] = field(default_factory=list)
     latest_result: dict[str, Any] | None = None
+    window_offset_s: float | None = None  # when the feedback round opened the revision window
 
     @property
     def slug(self) -> str:
@@ -181,14 +183,15 @@ def exercise_report(session: Session, view: ExerciseView, with_pixels: bool = Tr
     timeline = []
     for a in view.attempts:
         plus, minus = _diffstat(a.diff)
-        timeline.append(TimelineEntry(a, _offset(session, a.started_at), plus, minus))
+        timeline.append(TimelineEntry(a, _offset(session, a.started_at), plus, minus, view.marks.get(a.n, [])))
     cal = calibrate(rubric, view.sheets)
     latest = view.latest
     return ExerciseReport(view=view, rubric=rubric, timeline=timeline, plots=_plots(view, with_pixels),
                           calibration=cal, dimensions=_dimensions(rubric, view, cal),
                           diagnosis=view.exercise.diagnosis,
                           latest_checks=list((latest.result or {}).get("checks", [])) if latest else [],
-                          latest_result=latest.result if latest else None)
+                          latest_result=latest.result if latest else None,
+                          window_offset_s=_offset(session, view.window.start) if view.window else None)
 
 
 def quiz_rows(answers: list[dict[str, Any]]) -> list[QuizRow]:
@@ -242,6 +245,9 @@ def compare(store: Store, refs: list[str], slug: str | None = None) -> Compariso
     from grader.sessions.errors import SessionError
 
     sessions = [store.session(r) for r in refs]
+    if len({s.id for s in sessions}) < 2:
+        raise SessionError(f"--compare needs two or more different sessions, got {len({s.id for s in sessions})}; "
+                           "give another session id, or drop --compare for one debrief")
     if slug is None:
         common = set.intersection(*[{sx.slug for sx in store.exercises(s.id)} for s in sessions])
         if len(common) != 1:

@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grader.rubric import Rubric, Selected, exercise_followups, find_rubric, for_exercise
-from grader.sessions.models import Attempt, ScoreSheet, Session, SessionExercise
+from grader.sessions.models import Attempt, ScoreSheet, Session, SessionExercise, SheetDeletion
 from grader.sessions.store import Store
+from grader.sessions.timeline import Window, marks
 
 
 @dataclass
@@ -30,6 +31,8 @@ class ExerciseView:
     checks: list[CheckRow]
     followups: list[Selected]
     sheets: list[ScoreSheet]
+    window: Window | None = None  # the revision window, once the feedback round was given
+    marks: dict[int, list[str]] = field(default_factory=dict)  # attempt number -> timeline marks
 
     @property
     def done(self) -> list[Attempt]:
@@ -46,7 +49,11 @@ class ExerciseView:
                 "checks": [c.to_json() for c in self.checks],
                 "followups": [{"question": s.followup.question, "because": s.because,
                                "strong_answer": s.followup.strong_answer} for s in self.followups],
-                "scored_by": [s.interviewer for s in self.sheets]}
+                "scored_by": [s.interviewer for s in self.sheets],
+                "recommendations": {s.interviewer: s.recommendation.to_json() if s.recommendation else None
+                                    for s in self.sheets},
+                "revision_window": {"start": self.window.start, "minutes": self.window.minutes} if self.window else None,
+                "marks": {str(n): m for n, m in self.marks.items() if m}}
 
 
 @dataclass
@@ -54,6 +61,7 @@ class SessionView:
     session: Session
     exercises: list[ExerciseView]
     quiz: list[dict[str, Any]] = field(default_factory=list)  # quantitative answers, in the order given
+    deletions: list[SheetDeletion] = field(default_factory=list)  # score sheets deleted, oldest first
 
     def clock(self) -> dict[str, Any]:
         elapsed = self.session.elapsed_s()
@@ -63,7 +71,8 @@ class SessionView:
 
     def to_json(self) -> dict[str, Any]:
         return {"session": self.session.to_json(), "clock": self.clock(),
-                "exercises": [e.to_json() for e in self.exercises], "quiz": self.quiz}
+                "exercises": [e.to_json() for e in self.exercises], "quiz": self.quiz,
+                "deleted_sheets": [d.to_json() for d in self.deletions]}
 
 
 def check_rows(attempts: list[Attempt]) -> list[CheckRow]:
@@ -100,11 +109,14 @@ def exercise_view(store: Store, session: Session, sx: SessionExercise) -> Exerci
     attempts = store.attempts(session.id, sx.slug)
     results = [a.result for a in attempts if a.status == "done" and a.result]
     followups = rubric.select_followups(results, exercise_followups(sx.slug))
-    return ExerciseView(sx, rubric, attempts, check_rows(attempts), followups, store.sheets(session.id, sx.slug))
+    given = store.feedback_given_at(session.id, sx.slug)
+    window = Window(given, rubric.feedback.revision_minutes) if given else None
+    return ExerciseView(sx, rubric, attempts, check_rows(attempts), followups, store.sheets(session.id, sx.slug),
+                        window, {a.n: marks(session, a, window) for a in attempts})
 
 
 def session_view(store: Store, ref: str) -> SessionView:
     session = store.session(ref)
     store.reap(session.id)
     return SessionView(session, [exercise_view(store, session, sx) for sx in store.exercises(session.id)],
-                       store.quiz_answers(session.id))
+                       store.quiz_answers(session.id), store.sheet_deletions(session.id))
