@@ -7,8 +7,10 @@ before the script runs, sees the operations themselves, and cannot be removed on
 offers no way). It reports, once each, as ``audit`` events over the rank's records:
 
 - ``kit``: a file of the kit opened (its harness, grader, exercises or solutions), or a module of it
-  imported that an exercise script has no use for (all but ``harness.workloads``; a module the
-  bootstrap already loaded raises no import and is not seen);
+  imported that an exercise script has no use for (all but ``harness.workloads``), by an ``import``
+  statement or by the import system reading its file (``importlib.import_module`` raises no
+  ``import`` event); a module the bootstrap already loaded is neither imported nor read again, and
+  is not seen;
 - ``proc``: ``/proc`` read beyond this process's own counters (another process's files, any
   process's ``environ``, ``cmdline`` or ``mem``);
 - ``outside``: a file opened for writing outside the working directory and the temporary folders;
@@ -51,7 +53,8 @@ class Auditor:
         self.send = send
         self.mine = tuple(os.path.realpath(p).rstrip(os.sep) + os.sep for p in mine)
         self.work = os.path.realpath(work_dir).rstrip(os.sep) + os.sep
-        self.kit = tuple(os.path.join(os.path.realpath(kit_root), d) + os.sep
+        self.kit_root = os.path.realpath(kit_root)
+        self.kit = tuple(os.path.join(self.kit_root, d) + os.sep
                          for d in ("harness", "grader", "exercises", "solutions"))
         self.temp = temp
         here = os.path.dirname(os.path.realpath(__file__))
@@ -68,7 +71,16 @@ class Auditor:
             found = self._classify(event, args)
             if found is None:
                 return
-            where = self._culprit(direct=found[0] in ("ctypes", "spawn"), importing=event == "import")
+            # the import system reading a kit module's file: an import, even where no ``import`` event
+            # came (importlib.import_module raises none), named as the import event would name it
+            loading = event == "open" and found[0] == "kit" and sys._getframe(1).f_code.co_filename.startswith(
+                "<frozen importlib")
+            if loading:
+                module = self._module(found[1])
+                if module is None or module in ALLOWED_IMPORTS or module in KIT_PACKAGES:
+                    return
+                found = ("kit", f"import {module}")
+            where = self._culprit(direct=found[0] in ("ctypes", "spawn"), importing=event == "import" or loading)
             if where is None or found in self.seen:
                 return
             self.seen.add(found)
@@ -103,6 +115,21 @@ class Auditor:
         if event.startswith("ctypes."):
             return "ctypes", f"{event} {args[0] if args else ''}"[:200]
         return "spawn", f"{event} {str(args[0])[:160] if args else ''}"
+
+    def _module(self, path: str) -> str | None:
+        """The kit module a source or bytecode file holds (``harness/__pycache__/x.cpython-311.pyc``:
+        ``harness.x``), or None outside the kit's packages."""
+        for pkg in KIT_PACKAGES:
+            root = os.path.join(self.kit_root, pkg) + os.sep
+            if path.startswith(root):
+                parts = [q for q in path[len(root):].split(os.sep) if q != "__pycache__"]
+                if not parts:
+                    return None
+                parts[-1] = parts[-1].split(".")[0]
+                if parts[-1] == "__init__":
+                    parts.pop()
+                return ".".join([pkg, *parts])
+        return None
 
     @staticmethod
     def _proc(p: str) -> tuple[str, str] | None:

@@ -76,6 +76,26 @@ def test_who_caused_it(tmp_path, via, event, args, reported):
     assert bool(sent) is reported
 
 
+@pytest.mark.parametrize("path, reported", [
+    (KIT / "harness" / "procwatch.py", "import harness.procwatch"),
+    (KIT / "harness" / "__pycache__" / "procwatch.cpython-311.pyc", "import harness.procwatch"),
+    (KIT / "grader" / "checks" / "__init__.py", "import grader.checks"),
+    (KIT / "harness" / "workloads.py", None),  # the one module an exercise script may use
+])
+def test_a_kit_module_the_import_system_reads_is_an_import(tmp_path, path, reported):
+    """importlib.import_module(computed name) raises no ``import`` event, only the loader's open of
+    the module's file: that open, under the script's call, is reported as the import."""
+    a, sent, sub, work = make(tmp_path)
+    inner = compile("def f():\n    hook(event, args)\n", "<frozen importlib._bootstrap_external>", "exec")
+    ns = {"hook": a.hook, "event": "open", "args": (str(path), "r", 0)}
+    exec(inner, ns)
+    exec(compile("f()", str(sub / "train.py"), "exec"), {"f": ns["f"]})
+    assert [s[1] for s in sent] == ([reported] if reported else [])
+    if reported:  # the import event of an import statement names it alike: one report, not two
+        call_from(str(sub / "train.py"), a, "import", (reported.split()[1], None, [], [], []))
+        assert len(sent) == 1
+
+
 def test_nothing_without_the_script_on_the_stack_and_each_once(tmp_path):
     a, sent, sub, work = make(tmp_path)
     a.hook("open", ("/proc/1/cmdline", "r", 0))  # called from this test file: not the script's
