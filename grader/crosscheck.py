@@ -25,11 +25,19 @@ intervals of 0.25 s holding at least 5 steps, 2-core machine): the cheapest hone
 2.05 ms of the rank's CPU a step (sampler-replay, about 240 steps/s); the floor is a tenth of that.
 Not measured on a GPU, where the CPU a step costs is launch overhead only; the flag is for the
 interviewer and never changes a verdict. The tree's CPU (DataLoader workers) is not used: it falls
-when a worker exits unreaped."""
+when a worker exits unreaped.
+
+Files: the save trace says when each traced write into a path ended (its end record, stamped by
+the parent on receipt: ``rt``); the work dir, read after the run (sealed: ``lstat`` only), says when
+each file last changed. A traced file that changed later than its last traced write was written by
+something the trace cannot see (``ctypes``, a program started, a memory map): the checks read the
+file itself, so the verdict already rests on what it holds, and the flag says how it came to."""
 
 from __future__ import annotations
 
 import bisect
+import os
+import stat
 import statistics
 from pathlib import Path
 from typing import Any
@@ -38,12 +46,19 @@ from grader.evidence.memory import interpolate
 from grader.result import Flag
 from harness import rundir
 from harness.isolation import PROC_SAMPLES
+from harness.saves import WRITES
 
 MIN_MB = 10.0
 MIN_REL = 0.03
 MIN_STEPS = 8  # sampled steps, at least, to judge a rank's reports
 CPU_FLOOR_MS = 0.2  # a step claimed on less of the rank's CPU than this was not worked
 MIN_CHEAP_STEPS = 20  # claimed below the floor, at least, for a flag: not one short interval's jitter
+# A file's mtime later than the receipt of its last traced write's end: honest writes end before
+# their record is sent, so their mtime precedes the receipt. Measured over 1206 traced files left by
+# 400 stored gradings of every exercise (rewrites, mutations, partial fixes): at most 0.007 s later
+# (two ranks racing on one file), 140x under this slack.
+UNTRACED_SLACK_S = 1.0
+MAX_UNTRACED = 5  # files named; a script that rewrites every checkpoint so needs no more to be seen
 
 
 def disagreements(run: str, run_dir: Path, key: str) -> list[Flag]:
@@ -132,3 +147,38 @@ def _cpu(run: str, rank: int, attempt: int, steps: list[dict[str, Any]],
                       f"{cpu * 1000:.0f} ms of its CPU as the parent sampled it from /proc (under "
                       f"{CPU_FLOOR_MS:g} ms a step; an honest step costs 2 ms and more here): steps claimed "
                       "without the work, records held back or made up"))
+
+
+def untraced_writes(run: str, run_dir: Path, key: str) -> list[Flag]:
+    """Files in the work dir that changed after the last write the save trace saw into them."""
+    last: dict[str, float] = {}
+    for r in rundir.ranks_in(run_dir):
+        begun: dict[tuple[Any, Any], str] = {}
+        for rec in rundir.read_records(rundir.rank_dir(run_dir, r) / rundir.SAVES, key).valid:
+            k = (rec.get("a"), rec.get("seq"))
+            if rec.get("ph") == "begin" and rec.get("op") in WRITES and isinstance(rec.get("path"), str):
+                begun[k] = rec["path"]
+            elif rec.get("ph") == "end" and k in begun:
+                at = _num(rec.get("rt", rec.get("t")))
+                if at is not None:
+                    last[begun[k]] = max(at, last.get(begun[k], at))
+    out = []
+    for path, at in sorted(last.items()):
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue  # renamed away, or removed: nothing on disk to hold against the trace
+        if not stat.S_ISREG(st.st_mode) or not _under_work(path, run_dir):
+            continue
+        late = st.st_mtime - at
+        if late > UNTRACED_SLACK_S:
+            out.append(Flag(kind="disagree", run=run, what=(
+                f"{os.path.relpath(path, Path(run_dir) / 'work')} changed {late:.1f} s after the last write the "
+                "save trace saw into it: written by something the trace does not see (ctypes, a program, a "
+                "memory map); the checks read the file as it is")))
+    return out[:MAX_UNTRACED]
+
+
+def _under_work(path: str, run_dir: Path) -> bool:
+    work = os.path.realpath(Path(run_dir) / "work") + os.sep
+    return os.path.realpath(path).startswith(work)

@@ -22,8 +22,8 @@ Sources, each a ``Flag.kind``:
   ``ctypes`` libraries, programs started), however its text spelled it; and from the save trace,
   ``torch.save`` to a path outside the working directory (torch's own file writer, unseen by the hook);
 - ``disagree``: what a rank reported about itself that the parent's own observation contradicts
-  (``grader.crosscheck``: its memory against the parent's samples from ``/proc``, and steps claimed on
-  less CPU than a step costs).
+  (``grader.crosscheck``: its memory against the parent's samples from ``/proc``, steps claimed on
+  less CPU than a step costs, and a traced file changed after the last write the trace saw into it).
 
 Only runs of the candidate's code are read (the main run, the other world sizes, the resumed runs,
 the candidate's throughput rounds): the reference, the broken baseline and the compute bound are
@@ -73,7 +73,9 @@ def run_flags(run: str, run_dir: Path) -> list[Flag]:
     if not box or not box.get("isolated"):
         return out
     try:
-        out += crosscheck.disagreements(run, run_dir, rundir.load_run(run_dir)["key"])
+        key = rundir.load_run(run_dir)["key"]
+        out += crosscheck.disagreements(run, run_dir, key)
+        out += crosscheck.untraced_writes(run, run_dir, key)
     except (OSError, ValueError, KeyError, TypeError):
         pass  # no run.json to verify records with: nothing to hold against the samples
     try:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
+
+import pytest
 
 from grader import crosscheck
 from grader import flags as flags_mod
 from harness import rundir
-from tests.grader.rundirs import KEY
+from tests.grader.rundirs import KEY, RunDirBuilder
 from tests.grader.test_isolation import sandboxed_run
 
 
@@ -81,3 +84,30 @@ def test_a_sample_of_a_killed_rank_being_torn_down_is_not_held_against_its_repor
         b.add(0, "proc.jsonl", a=0, t=float(s) + 0.3, pid=100, rss_mb=300.0, tree_rss_mb=300.0, procs=1)
     b.add(0, "proc.jsonl", a=0, t=30.7, pid=100, rss_mb=8.0, tree_rss_mb=8.0, procs=1)
     assert crosscheck.disagreements("main", b.build(), KEY) == []
+
+
+def _saved(tmp_path, changed_after_s: float | None):
+    """Rank 0 saves work/out/ckpt.pt, its end received at t=1000; the file then last changed at
+    1000 + ``changed_after_s`` (None: no file left)."""
+    run = tmp_path / "main"
+    ckpt = run / "work" / "out" / "ckpt.pt"
+    b = RunDirBuilder(run, world_size=1)
+    b.add(0, rundir.SAVES, a=0, seq=1, ph="begin", op="save", path=str(ckpt), step=5, t=999.0, main=True)
+    b.add(0, rundir.SAVES, a=0, seq=1, ph="end", op="save", t=999.5, rt=1000.0, bytes=4)
+    b.build()
+    if changed_after_s is not None:
+        ckpt.parent.mkdir(parents=True)
+        ckpt.write_bytes(b"data")
+        os.utime(ckpt, (1000.0 + changed_after_s, 1000.0 + changed_after_s))
+    return run
+
+
+def test_a_traced_file_changed_after_its_last_traced_write_is_flagged(tmp_path):
+    found = crosscheck.untraced_writes("main", _saved(tmp_path, 30.0), KEY)
+    assert [f.kind for f in found] == ["disagree"]
+    assert found[0].what.startswith("out/ckpt.pt changed 30.0 s after the last write the save trace saw"), found[0].what
+
+
+@pytest.mark.parametrize("after", [-0.5, 0.007, None])  # 0.007 s: the latest honest file measured
+def test_a_file_as_its_traced_write_left_it_or_gone_is_not(tmp_path, after):
+    assert crosscheck.untraced_writes("main", _saved(tmp_path, after), KEY) == []
