@@ -3,12 +3,14 @@ through ``grader.console``). Cells are data, never rich markup."""
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from rich.table import Table
 from rich.text import Text
 
 from grader import console
+from grader.text import printable
 
 
 def _t(v: Any) -> Text:
@@ -49,48 +51,101 @@ def session_list(sessions, counts: dict[str, int]) -> None:
              f"closed {s.closed_at}" if s.closed else f"open, {mmss(s.elapsed_s())} elapsed"] for s in sessions])
 
 
-def session_view(view) -> None:
+def _wrapped(line: str, indent: str = "   ", hang: str = "  ", style: str | None = None) -> None:
+    """``line`` word-wrapped at the terminal's width, each further line indented by ``hang`` more."""
+    width = max(20, console.out.width)
+    for part in textwrap.wrap(printable(line), width=width, initial_indent=indent,
+                              subsequent_indent=indent + hang, break_long_words=True,
+                              break_on_hyphens=False) or [""]:
+        console.text(part, style=style)
+
+
+def _cut(line: str, indent: str = "   ", style: str | None = None) -> None:
+    """``line`` on one line after ``indent``, ending in an ellipsis where it does not fit."""
+    room = max(1, console.out.width - len(indent))
+    line = " ".join(printable(line).split())
+    console.text(indent + (line if len(line) <= room else line[:room - 1].rstrip() + "…"), style=style)
+
+
+def _check_columns(names: list[str], nums: list[int]) -> int:
+    """How many attempt columns fit beside the check names."""
+    key = max([len("check"), *map(len, names)])
+    col = max([len("FAIL*"), *(len(f"#{n}") for n in nums)])
+    return max(1, (console.out.width - key) // (col + 2))
+
+
+def session_view(view, verbose: bool = False) -> None:
+    """The live view at the terminal's width: one line per attempt, the checks by attempt (the
+    latest that fit; all with ``verbose``), each failing check's deciding figure and each flag on
+    one line (whole with ``verbose``), the workspace path on a line of its own, the follow-ups
+    word-wrapped."""
     s, clock = view.session, view.clock()
     state = "closed" if clock["closed"] else ("OVER TIME" if clock["overrun"] else "running")
-    console.text(f"session {s.id}: {s.candidate}  clock {mmss(clock['elapsed_s'])} of {s.minutes}:00 "
-                 f"({mmss(clock['remaining_s'])} left, {state})")
+    _wrapped(f"session {s.id}: {s.candidate}  clock {mmss(clock['elapsed_s'])} of {s.minutes}:00 "
+             f"({mmss(clock['remaining_s'])} left, {state})", indent="")
     for ev in view.exercises:
         sx = ev.exercise
         console.text("")
-        console.text(f"== {sx.slug}: {sx.title}  (rubric {ev.rubric.id}; workspace {sx.workspace})")
+        _cut(f"== {sx.slug}: {sx.title}", indent="")
+        console.text(f"   rubric {ev.rubric.id}; workspace:")
+        console.text(f"  {sx.workspace}")  # a path on a line of its own: whole, to be copied
         if not sx.graded:
             console.text("   scored by the interviewer alone: no automatic grading")
         elif not ev.attempts:
             console.text("   no attempt yet")
         else:
-            _table("attempts", ["#", "at", "status", "verdict", "score", "diff", "submission"],
-                   [[a.n, mmss(_offset(s, a.started_at)), a.status,
-                     "" if a.passed is None else ("PASSED" if a.passed else "failed"),
-                     "" if a.score is None else f"{a.score:.2f}", _diffstat(a.diff), a.submission_sha256[:10]]
-                    for a in ev.attempts])
+            console.text("attempts:")
+            console.lines(["#", "at", "status", "verdict", "score", "diff", "submission"],
+                          [[a.n, mmss(_offset(s, a.started_at)), a.status,
+                            "" if a.passed is None else ("PASSED" if a.passed else "failed"),
+                            "" if a.score is None else f"{a.score:.2f}", _diffstat(a.diff), a.submission_sha256[:10]]
+                           for a in ev.attempts], right=(0, 1, 4))
         if ev.checks:
-            nums = [a.n for a in ev.done]
-            _table("checks by attempt (* = flipped)", ["check", *[f"#{n}" for n in nums]],
-                   [[c.name, *[mark(v) + ("*" if n in c.flips else "") for v, n in zip(c.verdicts, nums)]]
-                    for c in ev.checks])
+            _checks_by_attempt(ev, verbose)
         if ev.latest and ev.latest.result:
-            for c in ev.latest.result.get("checks", []):
-                if not c["passed"]:
-                    console.text(f"   {c['name']}: {c['message']}")
+            checks = [c for c in ev.latest.result.get("checks", []) if not c["passed"]]
+            if checks:
+                console.text(f"failing in attempt #{ev.latest.n}:")
+            for c in checks:
+                if verbose:
+                    _wrapped(f"{c['name']}: {c['message']}")
+                else:
+                    room = console.out.width - len(f"   {c['name']}: ")
+                    _cut(f"{c['name']}: {console.headline(c['name'], c['message'], room)}")
             iso = ev.latest.result.get("isolation") or {}
             if iso.get("kind") == "none":
-                console.text(f"   isolation: NONE, the latest attempt ran unisolated ({iso.get('reason')})",
-                             style="bold yellow")
+                _wrapped(f"isolation: NONE, the latest attempt ran unisolated ({iso.get('reason')})",
+                         style="bold yellow")
             for f in ev.latest.result.get("flags") or []:
                 where = f.get("where") or (f"{f['run']} run" if f.get("run") else "")
-                console.text(f"   flag ({f.get('kind')}): {f.get('what')}" + (f" [{where}]" if where else ""))
+                line = f"flag ({f.get('kind')})" + (f" [{where}]" if where else "") + f": {f.get('what')}"
+                (_wrapped if verbose else _cut)(line)
         if ev.followups:
             console.text("follow-ups the evidence calls for:")
             for i, f in enumerate(ev.followups, 1):
-                console.text(f"  {i}. {f.followup.question}  [{f.because}]")
+                _wrapped(f"{i}. {f.followup.question}  [{f.because}]", indent="  ", hang=" " * len(f"{i}. "))
         if ev.sheets:
-            console.text("scored by: " + ", ".join(sh.interviewer for sh in ev.sheets))
+            _wrapped("scored by: " + ", ".join(sh.interviewer for sh in ev.sheets), indent="")
     quiz_summary(view.quiz)
+    if not verbose and any(ev.latest and ev.latest.result for ev in view.exercises):
+        console.text("whole evidence: --verbose, or --json")
+
+
+def _checks_by_attempt(ev, verbose: bool) -> None:
+    """The checks' verdicts by attempt (``*``: flipped since the attempt before): the latest
+    attempts that fit the terminal, or with ``verbose`` all of them, in as many tables as fit."""
+    nums = [a.n for a in ev.done]
+    names = [c.name for c in ev.checks]
+    per = _check_columns(names, nums)
+    cols = list(range(len(nums)))
+    chunks = [cols[i:i + per] for i in range(0, len(cols), per)] if verbose else [cols[-per:]]
+    left = 0 if verbose else len(cols) - len(chunks[0])
+    gone = "" if not left else (f"#{nums[0]}" if left == 1 else f"#{nums[0]}-#{nums[left - 1]}")
+    console.text("checks by attempt (* = flipped)" + (f"; {gone} left out, see --verbose" if gone else "") + ":")
+    for chunk in chunks:
+        console.lines(["check", *[f"#{nums[i]}" for i in chunk]],
+                      [[c.name, *[mark(c.verdicts[i]) + ("*" if nums[i] in c.flips else "") for i in chunk]]
+                       for c in ev.checks])
 
 
 def _offset(session, iso: str) -> float:

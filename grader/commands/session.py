@@ -55,11 +55,15 @@ def new_cmd(candidate, exercises, minutes, root, db, as_json):
 @click.argument("session")
 @click.option("--watch", type=click.FloatRange(min=0.5), default=None, metavar="SECONDS",
               help="Redraw every SECONDS until Ctrl-C.")
+@click.option("--verbose", "-v", is_flag=True,
+              help="The whole evidence: each failing check's message, each flag, every attempt's verdicts.")
 @db_option
 @json_option
-def show_cmd(session, watch, db, as_json):
-    """The live view: clock, attempts, checks flipping between attempts, the follow-ups to ask."""
-    from grader.sessions.committee import lines
+def show_cmd(session, watch, verbose, db, as_json):
+    """The live view: clock, attempts, checks flipping between attempts, the follow-ups to ask.
+    One line per attempt and per failing check (its deciding figure); --verbose shows the whole
+    evidence."""
+    from grader.sessions.committee import WIDTH, lines
     from grader.sessions.live import session_view
 
     with _store(db) as store:
@@ -70,8 +74,8 @@ def show_cmd(session, watch, db, as_json):
             else:
                 if watch:
                     console.out.clear()
-                show.session_view(view)
-                for line in lines(view):
+                show.session_view(view, verbose)
+                for line in lines(view, min(WIDTH, console.out.width)):
                     console.text(line)
             if not watch or as_json:
                 return
