@@ -6,12 +6,11 @@ time budget flagged; `--compare` needing two sessions. Times are injected, never
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
-from grader.cli import main
 from grader.report import data, render
 from grader.rubric import find_rubric
 from grader.sessions.errors import SessionError
@@ -23,27 +22,6 @@ from tests.grader.sessions.fakes import FIXED, add_attempt, result, scored_sessi
 
 RUBRIC = find_rubric("distributed-debugging")
 SLUG = "sampler-replay"
-
-
-@dataclass
-class Outcome:
-    code: int
-    out: str
-    err: str
-
-
-@pytest.fixture
-def invoke(capsys):
-    def run(*args: str) -> Outcome:
-        code = 0
-        try:
-            main(list(args))
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 1
-        c = capsys.readouterr()
-        return Outcome(code, c.out, c.err)
-
-    return run
 
 
 def at(store, sid: str, minutes: float) -> str:

@@ -1,5 +1,5 @@
-"""Commands run in-process (no subprocess where nothing launches): ``invoke`` calls the real
-``main()`` with its exit-code handling and returns what it printed."""
+"""Shared by tests/grader: commands run in-process (no subprocess where nothing launches).
+``invoke`` calls the real ``main()`` with its exit-code handling and returns what it printed."""
 
 from __future__ import annotations
 
