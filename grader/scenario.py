@@ -5,6 +5,14 @@ and which rubric scores it.
 
 A script exercise's manifest has no ``kind`` (or ``kind = "script"``): :func:`manifest_kind` reads
 the field alone, so the exercise loader can send each folder to the right model.
+
+A scenario hands the candidate its own answer template, ``DIAGNOSIS.md`` in the folder: the file a
+workspace keeps (the sessions' store captures it, the debrief shows it) under the name every
+workspace uses, with the sections of a design interview (:data:`ANSWER_SECTIONS`) instead of the
+debugging one's symptom, root cause and fix. Its prompts speak to the scenario; its headings are
+checked here. The scenario's follow-up questions live in its bank alone
+(``rubrics/followups/<slug>.toml``): the interviewer's view lists a rubric's questions with the
+bank's, so a design rubric carrying its own listed each of them twice.
 """
 
 from __future__ import annotations
@@ -18,10 +26,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from grader.errors import ManifestError
 from grader.files import read_toml
 from grader.manifest import MANIFEST, describe_validation_error
+from grader.sessions.workspace import DIAGNOSIS
 
 FORMAT_VERSION = 1
 RUBRIC_FORMAT_VERSION = 2  # the rubric format agreed with interview sessions (dimension tree, feedback round)
-REQUIRED_FILES = ("BRIEF.md", "CONSTRAINTS.md")
+ANSWER = DIAGNOSIS  # the file every workspace keeps and the store captures
+REQUIRED_FILES = ("BRIEF.md", "CONSTRAINTS.md", ANSWER)
+# The answer template's second-level headings, in order: what a design interview asks for.
+ANSWER_SECTIONS = ("Requirements", "Proposal", "Parallelism and memory plan", "Communication", "Fault tolerance",
+                   "Cost", "Risks", "What changes if the requirements change")
 
 
 class _Strict(BaseModel):
@@ -149,6 +162,7 @@ def load_scenario(path: Path, root: Path | None = None) -> Scenario:
     if unlisted:
         raise ManifestError(f"{path}: files: {unlisted[0]!r} is in the folder but not listed; list it, so the "
                             "candidate is handed it")
+    check_answer_template(folder / ANSWER)
     rubric = _root(root) / "rubrics" / f"{m.rubric}.toml"
     _check_rubric_header(path, rubric, m.rubric)
     return Scenario(manifest=m, dir=folder, solution_dir=_root(root) / "solutions" / m.slug)
@@ -164,3 +178,33 @@ def _check_rubric_header(manifest: Path, rubric: Path, rubric_id: str) -> None:
     if head.get("format_version") != RUBRIC_FORMAT_VERSION:
         raise ManifestError(f"{rubric}: format_version: {head.get('format_version')!r} is not {RUBRIC_FORMAT_VERSION}; "
                             f"a scenario's rubric is format {RUBRIC_FORMAT_VERSION} (a dimension tree and a feedback round)")
+    if head.get("followups"):
+        raise ManifestError(f"{rubric}: followups: a scenario's questions belong in rubrics/followups/<slug>.toml "
+                            "alone (the interviewer's view lists both); move them there")
+
+
+def answer_sections(text: str) -> list[str]:
+    """The second-level headings of a Markdown answer, in order (fenced blocks skipped)."""
+    out, fenced = [], False
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced and line.startswith("## "):
+            out.append(line[3:].strip())
+    return out
+
+
+def check_answer_template(path: Path) -> None:
+    """The scenario's answer template has the design sections, each once, in order."""
+    found = answer_sections(path.read_text(encoding="utf-8"))
+    if found == list(ANSWER_SECTIONS):
+        return
+    missing = [s for s in ANSWER_SECTIONS if s not in found]
+    extra = [s for s in found if s not in ANSWER_SECTIONS]
+    if missing:
+        problem = f"no section '## {missing[0]}'"
+    elif extra:
+        problem = f"section '## {extra[0]}' is not one of the design sections"
+    else:
+        problem = "the sections are out of order or repeated"
+    raise ManifestError(f"{path}: {problem}; its ## headings must be, in order: {', '.join(ANSWER_SECTIONS)}")

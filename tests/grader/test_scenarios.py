@@ -12,7 +12,7 @@ import pytest
 from grader.errors import ManifestError
 from grader.exercises import discover as discover_all
 from grader.rubric import load_rubric
-from grader.scenario import load_scenario, manifest_kind
+from grader.scenario import ANSWER_SECTIONS, answer_sections, load_scenario, manifest_kind
 from tests.grader import scenario_figures as F
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,16 +65,19 @@ minutes = 45
 topics = ["x"]
 rubric = "s"
 deliverable = "d"
-files = ["BRIEF.md", "CONSTRAINTS.md", "data/a.csv"]
+files = ["BRIEF.md", "CONSTRAINTS.md", "DIAGNOSIS.md", "data/a.csv"]
 """
 RUBRIC = 'format_version = 2\nid = "s"\n'
+ANSWER = "# Design: t\n\n" + "".join(f"## {s}\nprompt\n\n" for s in ANSWER_SECTIONS)
 
 
-def make(tmp_path: Path, manifest: str = MANIFEST, rubric: str | None = RUBRIC, extra: tuple[str, ...] = ()) -> Path:
+def make(tmp_path: Path, manifest: str = MANIFEST, rubric: str | None = RUBRIC, extra: tuple[str, ...] = (),
+         answer: str = ANSWER) -> Path:
     d = tmp_path / "exercises" / "s"
     (d / "data").mkdir(parents=True)
     for f in ("BRIEF.md", "CONSTRAINTS.md", "data/a.csv", *extra):
         (d / f).write_text("x")
+    (d / "DIAGNOSIS.md").write_text(answer)
     (d / "exercise.toml").write_text(manifest)
     if rubric is not None:
         (tmp_path / "rubrics").mkdir()
@@ -101,6 +104,9 @@ def test_a_good_manifest_loads(tmp_path):
     (lambda m: m, (), None, "rubric: "),
     (lambda m: m, (), 'format_version = 1\nid = "s"\n', "format_version: 1 is not 2; a scenario's rubric is format 2"),
     (lambda m: m, (), 'format_version = 2\nid = "t"\n', "id: 't' is not 's'"),
+    (lambda m: m.replace('"DIAGNOSIS.md", ', ""), (), RUBRIC, "must include DIAGNOSIS.md"),
+    (lambda m: m, (), RUBRIC + '[[followups]]\nquestion = "q"\n',
+     "followups: a scenario's questions belong in rubrics/followups/<slug>.toml alone"),
 ])
 def test_malformed_scenarios_name_file_field_and_fix(tmp_path, edit, extra, rubric, message):
     d = make(tmp_path, edit(MANIFEST), rubric, extra)
@@ -108,6 +114,48 @@ def test_malformed_scenarios_name_file_field_and_fix(tmp_path, edit, extra, rubr
         load_scenario(d, root=tmp_path)
     assert "\n" not in str(e.value) and ";" in str(e.value)
     assert discover_all(tmp_path)[1], "discover reports the folder that does not load"
+
+
+@pytest.mark.parametrize("answer, message", [
+    (ANSWER.replace("## Cost\n", "## Budget\n"), "no section '## Cost'"),
+    (ANSWER + "## Root cause\nx\n", "section '## Root cause' is not one of the design sections"),
+    (ANSWER.replace("## Risks\nprompt\n\n", "") + "## Risks\n", "out of order or repeated"),
+    ("# Diagnosis\n\n## Symptom\n## Root cause\n## The fix\n", "no section '## Requirements'"),
+])
+def test_an_answer_template_without_the_design_sections_is_refused(tmp_path, answer, message):
+    d = make(tmp_path, answer=answer)
+    with pytest.raises(ManifestError, match=re.escape(message)) as e:
+        load_scenario(d, root=tmp_path)
+    assert str(e.value).startswith(str(d / "DIAGNOSIS.md")) and "\n" not in str(e.value)
+
+
+def test_answer_sections_skip_fenced_blocks():
+    assert answer_sections("## A\n```\n## not a heading\n```\n## B\n### C\n") == ["A", "B"]
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_scenario_hands_the_design_template(scenarios, slug):
+    text = (scenarios[slug].dir / "DIAGNOSIS.md").read_text()
+    assert text.startswith(f"# Design: {scenarios[slug].manifest.title}\n")
+    assert answer_sections(text) == list(ANSWER_SECTIONS)
+    assert "Root cause" not in text and "Symptom" not in text
+
+
+@pytest.mark.parametrize("how", ["practice", "session"])
+def test_a_design_workspace_gets_the_design_template(tmp_path, monkeypatch, how):
+    """Practice and interview workspaces copy the scenario's template, and write the debugging one
+    only where an exercise has none."""
+    from grader.practice import workspace as practice
+    from grader.sessions.workspace import make_workspace
+
+    monkeypatch.setenv("TRAINWRECK_HOME", str(tmp_path / "home"))
+    if how == "practice":
+        ws = practice.start("gpu-allocation", tmp_path / "ws")[0].root
+    else:
+        s = next(e for e in discover_all(REPO)[0] if e.slug == "gpu-allocation")
+        ws = make_workspace(tmp_path / "ws", s.dir, s.manifest, "abc123", tmp_path / "sessions.db")
+    text = (ws / "DIAGNOSIS.md").read_text()
+    assert answer_sections(text) == list(ANSWER_SECTIONS) and "## Root cause" not in text
 
 
 def test_unknown_kind_is_named(tmp_path):
