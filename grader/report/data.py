@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from grader.report.attachments import Attachments
+from grader.report.attachments import collect as collect_attachments
 from grader.rubric import Rubric
 from grader.sessions.calibration import Calibration, calibrate
 from grader.sessions.live import ExerciseView, SessionView, session_view
@@ -70,6 +72,8 @@ class ExerciseReport:
     latest_checks: list[dict[str, Any]] = field(default_factory=list)
     latest_result: dict[str, Any] | None = None
     window_offset_s: float | None = None  # when the feedback round opened the revision window
+    # what the candidate left in a design scenario's workspace; None for a script exercise
+    attachments: Attachments | None = None
 
     @property
     def slug(self) -> str:
@@ -191,7 +195,9 @@ def exercise_report(session: Session, view: ExerciseView, with_pixels: bool = Tr
                           diagnosis=view.exercise.diagnosis,
                           latest_checks=list((latest.result or {}).get("checks", [])) if latest else [],
                           latest_result=latest.result if latest else None,
-                          window_offset_s=_offset(session, view.window.start) if view.window else None)
+                          window_offset_s=_offset(session, view.window.start) if view.window else None,
+                          attachments=None if view.exercise.graded else collect_attachments(
+                              view.exercise.workspace, view.exercise.slug, view.exercise.diagnosis))
 
 
 def quiz_rows(answers: list[dict[str, Any]]) -> list[QuizRow]:
