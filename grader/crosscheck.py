@@ -43,10 +43,10 @@ from pathlib import Path
 from typing import Any
 
 from grader.evidence.memory import interpolate
+from grader.evidence.saves import file_ops
 from grader.result import Flag
 from harness import rundir
 from harness.isolation import PROC_SAMPLES
-from harness.saves import WRITES
 
 MIN_MB = 10.0
 MIN_REL = 0.03
@@ -151,17 +151,13 @@ def _cpu(run: str, rank: int, attempt: int, steps: list[dict[str, Any]],
 
 def untraced_writes(run: str, run_dir: Path, key: str) -> list[Flag]:
     """Files in the work dir that changed after the last write the save trace saw into them."""
+    records = {r: rundir.read_records(rundir.rank_dir(run_dir, r) / rundir.SAVES, key).valid
+               for r in rundir.ranks_in(run_dir)}
     last: dict[str, float] = {}
-    for r in rundir.ranks_in(run_dir):
-        begun: dict[tuple[Any, Any], str] = {}
-        for rec in rundir.read_records(rundir.rank_dir(run_dir, r) / rundir.SAVES, key).valid:
-            k = (rec.get("a"), rec.get("seq"))
-            if rec.get("ph") == "begin" and rec.get("op") in WRITES and isinstance(rec.get("path"), str):
-                begun[k] = rec["path"]
-            elif rec.get("ph") == "end" and k in begun:
-                at = _num(rec.get("rt", rec.get("t")))
-                if at is not None:
-                    last[begun[k]] = max(at, last.get(begun[k], at))
+    for op in file_ops(records):
+        at = op.rt_end if op.rt_end is not None else op.t_end
+        if op.path is not None and at is not None:
+            last[op.path] = max(at, last.get(op.path, at))
     out = []
     for path, at in sorted(last.items()):
         try:

@@ -4,6 +4,7 @@ modules. Each runs in a fresh interpreter, so what an earlier test imported cann
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -39,3 +40,58 @@ def test_trainwreck_run_imports_neither_pydantic_nor_the_grading_modules():
 def test_the_harness_parent_never_imports_torch():
     mods = _modules_after("import harness.launch, harness.monitor, harness.watchdog")
     assert "torch" not in mods
+
+
+# What the grader may take from the harness that the harness itself never uses: the contract the
+# two sides share, each with why it is not a reader of evidence for a verdict. Anything else the
+# grader imports from the harness must be something the harness uses itself (the launcher, the
+# record schema, the sandbox); a new grader-only reader in the harness fails the test below.
+SHARED_CONTRACT = {
+    ("harness.launch", "launch"): "the launcher's entry point: what the harness offers",
+    ("harness.errors", "EXIT_OK"): "the exit codes every command shares",
+    ("harness.errors", "EXIT_FAIL"): "the exit codes every command shares",
+    ("harness.errors", "EXIT_INTERRUPTED"): "the exit codes every command shares",
+    ("harness.defaults", "user_home"): "where the kit keeps its state",
+    ("harness.observe", "median_step_s"): "the run summary `trainwreck run` and `record` print",
+    ("harness.phases", "read_run"): "the profile `trainwreck run --profile` prints",
+}
+
+
+def _harness_names_taken_by(folder: str) -> dict[tuple[str, str], str]:
+    taken: dict[tuple[str, str], str] = {}
+    for f in sorted((REPO / folder).rglob("*.py")):
+        tree = ast.parse(f.read_text())
+        aliases: dict[str, str] = {}
+        for n in ast.walk(tree):
+            if isinstance(n, ast.ImportFrom) and n.module == "harness":
+                aliases.update({a.asname or a.name: f"harness.{a.name}" for a in n.names})
+            elif isinstance(n, ast.ImportFrom) and (n.module or "").startswith("harness."):
+                taken.update({(n.module or "", a.name): str(f.relative_to(REPO)) for a in n.names})
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in aliases:
+                taken[(aliases[n.value.id], n.attr)] = str(f.relative_to(REPO))
+    return taken
+
+
+def _names_the_harness_uses() -> set[str]:
+    used: set[str] = set()
+    for f in (REPO / "harness").rglob("*.py"):
+        for n in ast.walk(ast.parse(f.read_text())):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+                used.add(n.id)
+            elif isinstance(n, ast.Attribute):
+                used.add(n.attr)
+    return used
+
+
+def test_no_grader_only_reader_lives_in_the_harness():
+    used = _names_the_harness_uses()
+    grader_only = {k: where for k, where in _harness_names_taken_by("grader").items()
+                   if k[1] not in used and k not in SHARED_CONTRACT}
+    assert not grader_only, ("the grader takes these from the harness, which never uses them itself: move them "
+                             f"to grader/ (or name them in SHARED_CONTRACT with why): {grader_only}")
+
+
+def test_the_shared_contract_is_still_shared():
+    taken = _harness_names_taken_by("grader")
+    assert not [k for k in SHARED_CONTRACT if k not in taken], "a contract name nothing takes: drop it"

@@ -84,7 +84,7 @@ def held_back(ev, rank: int) -> Held | None:
     for c in ev.collective_records(rank):
         if _attempt(c) == last:
             note(c.get("step"), c.get("rt"), "the collective trace")
-    for s in rundir.read_records(rundir.rank_dir(ev.run_dir, rank) / rundir.SAVES, ev.key).valid:
+    for s in ev.save_records.get(rank, []):
         if _attempt(s) == last:
             note(s.get("step"), s.get("rt"), "the save trace")
     for s in rundir.read_records(rundir.rank_dir(ev.run_dir, rank) / rundir.SAMPLES, ev.key).valid:

@@ -30,11 +30,11 @@ from grader.checks.base import Check, CheckResult, CheckSpec, Context, need
 from grader.evidence import RunEvidence, contents
 from grader.evidence.checkpoint import final_checkpoint
 from grader.evidence.fingerprints import FP_RTOL, step_fingerprints
+from grader.evidence.saves import FileOp, FileState, Unit
 from grader.evidence.steptimes import step_times
 from grader.evidence.store import StoreObjects, store_objects
 from grader.evidence.watched import held_at
 from grader.roles import FINGERPRINTS, Role, RunRequest
-from harness.saves import FileOp, FileState, Unit
 
 
 class Spec(CheckSpec):

@@ -7,7 +7,7 @@ bootstrap records around a restart. Runs judged: ``main`` and the restarted ones
 rank SIGKILLed between checkpoints) and ``resume_save`` (every rank's first checkpoint write after
 a step torn half-way by a SIGKILL).
 
-A checkpoint is what a restart reads as one (``harness.saves.checkpoint_units``): a single file, a
+A checkpoint is what a restart reads as one (``grader.evidence.saves.checkpoint_units``): a single file, a
 folder of files published by one rename (model, optimizer, scheduler, trainer state, as the HF
 Trainer lays it out), or a DCP folder (per-rank files and the ``.metadata`` that lists them,
 written last). A run passes when
@@ -46,9 +46,9 @@ from grader.evidence import RunEvidence
 from grader.evidence.contents import missing_state, summary
 from grader.evidence.fingerprints import resume_point
 from grader.evidence.layouts import LayoutError, load_checkpoint
+from grader.evidence.saves import FileOp, Unit, unit_of
 from grader.roles import FINGERPRINTS, Role, RunRequest
 from harness.launch import Fault
-from harness.saves import FileOp, Unit, unit_of
 
 RESTARTS = {Role.RESUME: "killed mid-run", Role.RESUME_SAVE: "killed during a checkpoint write"}
 

@@ -11,9 +11,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from grader.evidence import saves
 from grader.evidence.store import StoreLog, read_store
 from grader.evidence.watched import Watched, read_watched
-from harness import rundir, saves
+from harness import rundir
 from harness.isolation import PROC_SAMPLES
 from harness.observe import RankObservation, observe_rank
 
@@ -99,7 +100,8 @@ class RunEvidence:
         return rundir.read_records(path, self.key).valid
 
     @cached_property
-    def _save_records(self) -> dict[int, list[dict[str, Any]]]:
+    def save_records(self) -> dict[int, list[dict[str, Any]]]:
+        """Each rank's verified save trace, every attempt, begin and end records apart."""
         return {r: rundir.read_records(rundir.rank_dir(self.run_dir, r) / rundir.SAVES, self.key).valid
                 for r in self.ranks}
 
@@ -107,24 +109,24 @@ class RunEvidence:
     def file_ops(self) -> list[saves.FileOp]:
         """Every traced write of the script (torch.save, rename, copy, a file DCP wrote), on every
         rank, in start order."""
-        return saves.file_ops(self._save_records)
+        return saves.file_ops(self.save_records)
 
     @cached_property
     def file_loads(self) -> list[saves.FileOp]:
         """Every traced torch.load of a file (and every file DCP read) by the script, on every rank,
         in start order."""
-        return saves.file_ops(self._save_records, kinds=("load",))
+        return saves.file_ops(self.save_records, kinds=("load",))
 
     @cached_property
     def file_commits(self) -> list[saves.FileOp]:
         """DCP checkpoints finished by their coordinator: folder, files listed, keys."""
-        return saves.file_ops(self._save_records, kinds=("commit",))
+        return saves.file_ops(self.save_records, kinds=("commit",))
 
     @cached_property
     def file_uploads(self) -> list[saves.FileOp]:
         """The script's calls of ArtifactStore.upload, as the rank traced them (with the store
         service's receipt id); whether they count is the store's log's to say (``store``)."""
-        return saves.file_ops(self._save_records, kinds=("upload",))
+        return saves.file_ops(self.save_records, kinds=("upload",))
 
     @cached_property
     def file_history(self) -> dict[str, saves.FileState]:
@@ -134,7 +136,7 @@ class RunEvidence:
     @cached_property
     def units(self) -> dict[str, saves.Unit]:
         """The checkpoints the trace saw, each as a restart reads it: a file, a folder published by
-        one rename, or a DCP folder (``harness.saves.checkpoint_units``)."""
+        one rename, or a DCP folder (``grader.evidence.saves.checkpoint_units``)."""
         return saves.checkpoint_units(self.file_ops, self.file_history, self.file_commits)
 
     @cached_property

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from grader.evidence.saves import FileOp
 from grader.evidence.steptimes import StepTimes
-from harness.saves import FileOp
 
 MIN_SHARE_OF_LARGEST = 0.5
 BYTE_WRITES = ("save", "copy", "write", "bytes", "upload")

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grader.evidence.saves import FileOp, FileState
 from harness import rundir
-from harness.saves import FileOp, FileState
 from harness.store_service import LOG
 
 TIMELINE_TOLERANCE_S = 0.05  # the rank's and the service's clocks are the same machine's

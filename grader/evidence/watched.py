@@ -20,9 +20,9 @@ import bisect
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.evidence.saves import FileOp
 from harness import rundir
 from harness.filewatch import KEPT_DIR, LOG
-from harness.saves import FileOp
 
 STEP_SLACK_S = 1.0  # a version may hold a step whose record the parent received this long after it saw it
 _SEQ0 = 10**6  # watched versions' ``seq``, negative: never a traced operation's

@@ -7,8 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from grader.report import figures
 from grader.report.attachments import Attachments
 from grader.report.attachments import collect as collect_attachments
+from grader.report.summary import Summary, summarise
 from grader.rubric import Rubric
 from grader.sessions.calibration import Calibration, calibrate
 from grader.sessions.live import ExerciseView, SessionView, session_view
@@ -27,6 +29,13 @@ class Plot:
     title: str
     svg: str | None
     missing: str = ""  # why there is no plot
+    alt: str = ""  # what it shows with its figures (the SVG's accessible name, the caption on paper)
+    table: figures.Table | None = None  # its figures, one row per line, box or bar
+
+    @property
+    def text(self) -> str:
+        """The plot's text alternative: its figures, or why there is none."""
+        return self.alt or self.missing
 
 
 @dataclass
@@ -114,6 +123,11 @@ class Report:
     quiz: list[QuizRow] = field(default_factory=list)
 
     @property
+    def summary(self) -> Summary:
+        """The box at the top: verdicts, time, attempts, recommendations, what to talk through."""
+        return summarise(self.clock, self.exercises)
+
+    @property
     def quiz_right(self) -> int:
         return sum(q.correct for q in self.quiz)
 
@@ -131,34 +145,38 @@ def _diffstat(diff: str) -> tuple[int, int]:
 
 
 def _plots(view: ExerciseView, with_pixels: bool) -> list[Plot]:
+    """The four plots of the latest attempt that recorded its runs, each with its text alternative
+    and table; the SVG only when pixels are wanted (matplotlib is imported only then)."""
     done = [a for a in view.done if a.series]
     latest = done[-1] if done else None
     if not view.exercise.graded:
         return []
-    if not with_pixels:
-        return [Plot(k, PLOT_TITLES[k], None, "") for k in PLOTS]
-    from grader.report import plots  # matplotlib: only when pixels are wanted
-
-    out = []
-    main = (latest.series or {}).get("main") if latest else None
-    ref = (latest.series or {}).get("reference") if latest else None
     if latest is None:
         why = "no attempt recorded its runs"
         return [Plot(k, PLOT_TITLES[k], None, why) for k in PLOTS]
-    svg = plots.loss(main, ref, f"attempt {latest.n}")
-    out.append(Plot("loss", PLOT_TITLES["loss"], svg, "" if svg else "no loss recorded"))
-    runs = [(f"attempt {a.n}", (a.series or {}).get("main")) for a in ([done[0], latest] if len(done) > 1 else [latest])]
-    svg = plots.memory(runs)
-    out.append(Plot("memory", PLOT_TITLES["memory"], svg, "" if svg else "no memory samples recorded"))
-    runs = [(f"#{a.n}", (a.series or {}).get("main")) for a in done]
+    main = (latest.series or {}).get("main")
+    ref = (latest.series or {}).get("reference")
+    firsts = [done[0], latest] if len(done) > 1 else [latest]
+    times = [(f"#{a.n}", (a.series or {}).get("main")) for a in done]
     if ref and "ranks" in ref:
-        runs.append(("reference", ref))
-    svg = plots.step_times(runs)
-    out.append(Plot("step_times", PLOT_TITLES["step_times"], svg, "" if svg else "no step times recorded"))
+        times.append(("reference", ref))
     tp = (latest.result or {}).get("throughput")
-    svg = plots.throughput(tp)
-    out.append(Plot("throughput", PLOT_TITLES["throughput"], svg,
-                    "" if svg else "this exercise has no throughput check" if tp is None else "no measured rounds"))
+    picked = {"loss": (figures.loss(main, ref, f"attempt {latest.n}"), "no loss recorded"),
+              "memory": (figures.memory([(f"attempt {a.n}", (a.series or {}).get("main")) for a in firsts]),
+                         "no memory samples recorded"),
+              "step_times": (figures.step_times(times), "no step times recorded"),
+              "throughput": (figures.throughput(tp),
+                             "this exercise has no throughput check" if tp is None else "no measured rounds")}
+    if with_pixels:
+        from grader.report import plots  # matplotlib: only when pixels are wanted
+    out = []
+    for k in PLOTS:
+        pd, why = picked[k]
+        if pd is None:
+            out.append(Plot(k, PLOT_TITLES[k], None, why))
+        else:
+            out.append(Plot(k, PLOT_TITLES[k], plots.draw(pd) if with_pixels else None, "",
+                            figures.alt(pd), figures.table(pd)))
     return out
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
@@ -74,11 +74,23 @@ def md_fence(text: Any, lang: str = "") -> str:
     return f"{fence}{lang}\n{s}\n{fence}"
 
 
+def svg(text: str | None, label_id: str = "", title: str = "") -> Markup | str:
+    """Our own SVG, inline, as an image with a name: ``role="img"`` named by the caption's element
+    ``label_id`` (the text alternative a screen reader reads once, as the image), and ``title`` as
+    its <title> (the tooltip, and the name where the SVG is taken out of the page)."""
+    if not text:
+        return ""
+    head = text.index(">", text.index("<svg"))
+    attrs = ' role="img"' + (f' aria-labelledby="{escape(label_id)}"' if label_id else "")
+    inner = f"<title>{escape(strip_control(title))}</title>" if title else ""
+    return Markup(text[:head] + attrs + ">" + inner + text[head + 1:])
+
+
 def _env(autoescape: bool) -> Environment:
     env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=autoescape, finalize=_finalize,
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters.update(mmss=mmss, level=level, pretty=pretty, diff_class=diff_class, md=md_text, fence=md_fence,
-                       svg=lambda s: Markup(s) if s else "", revision=lambda o: REVISION_WORDS.get(o, str(o)))
+                       svg=svg, revision=lambda o: REVISION_WORDS.get(o, str(o)))
     env.tests["contains"] = lambda seq, x: x in (seq or [])
     return env
 

@@ -10,9 +10,9 @@ import pathlib
 
 import pytest
 
+from grader.evidence.saves import file_history, file_ops
 from harness import rawwrites, rundir
 from harness.launch import Fault, LaunchConfig, launch
-from harness.saves import file_history, file_ops
 from tests.conftest import FIXTURES, assert_nothing_left
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from grader.evidence.saves import file_history, file_ops
 from harness import rundir
 from harness.launch import Fault, LaunchConfig, launch
 from harness.observe import observe_rank
-from harness.saves import file_history, file_ops
 from tests.conftest import FIXTURES, assert_nothing_left
 
 

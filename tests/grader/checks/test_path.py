@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from grader.checks._path import _torn_step
-from harness.saves import FileOp
+from grader.evidence.saves import FileOp
 
 
 def op(step, attempt=0, t_end=None, kind="bytes", rank=0):

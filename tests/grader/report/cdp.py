@@ -44,6 +44,7 @@ class Browser:
         self._buf = b""
         self._id = 0
         self.events: list[dict[str, Any]] = []
+        self.targets: dict[str, str] = {}  # session -> target, of the pages open
 
     def _read_message(self, deadline: float) -> dict[str, Any]:
         while b"\0" not in self._buf:
@@ -73,16 +74,20 @@ class Browser:
                 return m.get("result", {})
             self.events.append(m)
 
-    def wait_for(self, method: str) -> dict[str, Any]:
-        for m in self.events:
-            if m.get("method") == method:
-                return m
+    def wait_for(self, method: str, session: str | None = None) -> dict[str, Any]:
+        """The first ``method`` event (of ``session``, where given) not waited for before."""
+        def match(m: dict[str, Any]) -> bool:
+            return m.get("method") == method and (session is None or m.get("sessionId") == session) \
+                and not m.get("_seen")
+
         deadline = time.time() + self.timeout
         while True:
-            m = self._read_message(deadline)
-            self.events.append(m)
-            if m.get("method") == method:
-                return m
+            m = next((m for m in self.events if match(m)), None)
+            if m is None:
+                self.events.append(self._read_message(deadline))
+                continue
+            m["_seen"] = True  # a later page's wait must not take this page's event
+            return m
 
     def open(self, url: str, width: int = 1200, height: int = 900) -> str:
         target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
@@ -92,8 +97,13 @@ class Browser:
         self.send("Emulation.setDeviceMetricsOverride",
                   {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}, session=s)
         self.send("Page.navigate", {"url": url}, session=s)
-        self.wait_for("Page.loadEventFired")
+        self.wait_for("Page.loadEventFired", s)
+        self.targets[s] = target
         return s
+
+    def close_page(self, session: str) -> None:
+        """Close a page opened by ``open`` (Chromium prints only a page in front: one at a time)."""
+        self.send("Target.closeTarget", {"targetId": self.targets.pop(session)})
 
     def evaluate(self, session: str, expression: str) -> Any:
         r = self.send("Runtime.evaluate", {"expression": expression, "returnByValue": True}, session=session)
