@@ -9,8 +9,10 @@ modules they import.
 
 What stays out: solutions and their NOTES, hints, rubrics, the manifests (they hold the hints and
 every check's thresholds), the compute-bound scripts, and every check that needs the reference.
-The self-check's thresholds (``selfcheck.json``) are those of its own checks only: the memory
-slope limit and warm-up, the sample-partition kill step and padding, and the workload's sizes.
+The self-check's thresholds (``selfcheck.json``) are those of its own checks only (with their
+reference comparisons off: ``WITHOUT_REFERENCE``), the workload's sizes, and for a speed exercise
+the broken script's editable files and the pass bar against it; the checks it cannot judge are
+named there with the property each judges.
 """
 
 from __future__ import annotations
@@ -29,13 +31,25 @@ from grader.sessions.errors import SessionError
 from grader.sessions.workspace import DIAGNOSIS, candidate_files, diagnosis_template, is_graded
 
 KIT = Path(__file__).resolve().parent / "kit"
-# checks a candidate can run without the reference solution's run (in this order)
-SELF_CHECKS = ("completes", "sample_partition", "memory_flat", "workload_intact")
+# checks a candidate can run without the reference solution's run (in this order), where the
+# exercise's spec of them needs no reference (checkpoint_valid compares with the reference's
+# checkpoint in some exercises: there it is left to the grading)
+SELF_CHECKS = ("completes", "sample_partition", "memory_flat", "workload_intact", "checkpoint_valid",
+               "checkpoints_sound", "resume_exact", "world_size_equivalence", "collectives_per_step",
+               "step_time_tail")
+# a reference comparison that is one signal among others: the self-check judges the others
+WITHOUT_REFERENCE = {"memory_flat": {"max_level_over_reference": None},
+                     "step_time_tail": {"max_median_over_reference": None}}
 # the grader modules the self-check imports; their own kit-internal imports are followed
-SEEDS = ["grader.evidence", "grader.checks.base", *[f"grader.checks.{m}" for m in SELF_CHECKS]]
+SEEDS = ["grader.evidence", "grader.checks.base", "grader.throughput",
+         *[f"grader.checks.{m}" for m in SELF_CHECKS]]
 # importing grader.checks.<x> runs grader/checks/__init__.py, whose registry imports every check
 # (those that need the reference too): the bundle gets a stub in its place
-STUBS = {"grader.checks": '"""The checks the candidate self-check runs (the bundle holds only these)."""\n'}
+STUBS = {"grader.checks": '"""The checks the candidate self-check runs (the bundle holds only these)."""\n',
+         # the evidence reader asks grader.exercises where the kit is (to start its checkpoint reader
+         # there); the real module loads every manifest
+         "grader.exercises": '"""Where the kit is: the root of the bundle."""\n\nfrom pathlib import Path\n\n\n'
+                             'def kit_root() -> Path:\n    return Path(__file__).resolve().parents[2]  # grader/exercises/__init__.py\n'}
 
 
 @dataclass
@@ -91,14 +105,35 @@ def import_closure(root: Path, seeds: list[str], stubs: dict[str, str]) -> dict[
     return out
 
 
+def self_checkable(c):
+    """The check as the self-check runs it (its reference comparisons off), or None where it is
+    left to the grading."""
+    from grader.checks import REGISTRY
+
+    if c.name not in SELF_CHECKS:
+        return None
+    c = c.model_copy(update=WITHOUT_REFERENCE.get(c.name, {}))
+    return None if REGISTRY[c.name].needs_reference(c) else c
+
+
 def selfcheck_spec(ex) -> dict[str, Any]:
-    """What the self-check needs of one exercise, and nothing else of its manifest."""
+    """What the self-check needs of one exercise, and nothing else of its manifest. For a speed
+    exercise, the broken script's editable files (the candidate's copy is edited in place) and the
+    pass bar the grading sets against the broken script: the self-check measures both side by side."""
+    from grader.checks import REGISTRY
+
     m = ex.manifest
     shipped = candidate_files(ex.dir, m)
+    checks = [(c, self_checkable(c)) for c in m.checks if c.name in REGISTRY]
+    speed = next((c for c in m.checks if c.name == "throughput"), None)
     return {
         "slug": m.slug, "title": m.title, "entry": m.entry, "editable": list(m.editable),
         "world_size": m.world_size, "run": m.run.model_dump(), "workload": m.workload.model_dump(),
-        "checks": [c.model_dump() for c in m.checks if c.name in SELF_CHECKS],
+        "checks": [s.model_dump() for _, s in checks if s is not None],
+        "elsewhere": {c.name: REGISTRY[c.name].property for c, s in checks if s is None and c.name != "throughput"},
+        "throughput": None if speed is None else {
+            "pass_speedup": speed.pass_speedup,
+            "broken": {rel: (ex.dir / rel).read_text(encoding="utf-8") for rel in m.editable}},
         "protected": {str(rel): hashlib.sha256((ex.dir / rel).read_bytes()).hexdigest()
                       for rel in shipped if rel.suffix == ".py" and str(rel) not in m.editable},
     }
