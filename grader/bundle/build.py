@@ -12,7 +12,8 @@ every check's thresholds), the compute-bound scripts, and every check that needs
 The self-check's thresholds (``selfcheck.json``) are those of its own checks only (with their
 reference comparisons off: ``WITHOUT_REFERENCE``), the workload's sizes, and for a speed exercise
 the broken script's editable files and the pass bar against it; the checks it cannot judge are
-named there with the property each judges.
+named there with the property each judges. The briefs are shipped with the bundle's commands
+(``grader.bundle.commands``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grader.bundle.commands import for_bundle
 from grader.sessions.errors import SessionError
 from grader.sessions.workspace import DIAGNOSIS, candidate_files, diagnosis_template, is_graded
 
@@ -158,6 +160,9 @@ def build(slugs: list[str], out: Path) -> BundleResult:
             for rel in candidate_files(ex.dir, ex.manifest):
                 (dest / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(ex.dir / rel, dest / rel)
+                if rel.suffix == ".md":  # its commands as the bundle has them (grader.bundle.commands)
+                    (dest / rel).write_text(for_bundle((ex.dir / rel).read_text(encoding="utf-8"), ex.slug),
+                                            encoding="utf-8")
             (dest / DIAGNOSIS).write_text(diagnosis_template(ex.manifest.title, ex.slug), encoding="utf-8")
             if is_graded(ex.manifest):
                 specs[ex.slug] = selfcheck_spec(ex)

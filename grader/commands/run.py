@@ -61,9 +61,10 @@ def command(target, script_args, nproc, nnodes, rdzv_endpoint, rdzv_id, max_rest
 
     The script runs in the current directory, as under torchrun: its relative paths (config files,
     data, its own checkpoints) are the caller's. Everything the harness writes goes to the run dir.
-    Arguments after `--` go to the script. Inside a practice workspace TARGET may be left out: the
-    workspace's script runs as the grader runs it (the exercise's world size, arguments and
-    timeouts); naming that script does the same and lets arguments follow `--`. With --sandbox it
+    Arguments after `--` go to the script. Inside a practice or session workspace TARGET may be
+    left out: the workspace's script, your copy, runs as the grader runs it (the exercise's world
+    size, arguments and timeouts); naming that script or the workspace's exercise slug does the
+    same (options such as --nproc still apply) and lets arguments follow `--`. With --sandbox it
     runs unseen by the rest of the machine, as a grading runs it, in <run-dir>/work.
     """
     cfg = _config_for(target, list(script_args), nproc=nproc, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint,
@@ -126,35 +127,58 @@ def _config_for(target: str | None, script_args: list[str], **opts) -> LaunchCon
     return cfg  # cwd None: the script runs where trainwreck was started, as under torchrun
 
 
+def _workspace(here: Path, strict: bool) -> tuple[str, Path, bool, bool] | None:
+    """The workspace holding ``here``: its exercise slug, its root, whether it is a design
+    scenario's and whether it is a practice one; the nearer of a practice workspace (`trainwreck
+    start`) and a session workspace (`trainwreck session new`), as `grade` picks; None outside both.
+    A practice state file that cannot be read is an error when ``strict``, else no workspace. No
+    pydantic: the state file and the session marker are read as JSON."""
+    from grader.practice.state import PracticeError, find_root, load
+    from grader.sessions.workspace import find_marker
+
+    practice, marker = find_root(here), find_marker(here)
+    if practice is not None and (marker is None or len(practice.parts) > len(marker.dir.parts)):
+        try:
+            state = load(practice)
+        except PracticeError:
+            if strict:
+                raise
+            return None  # a script named outright runs whatever the workspace's state file says
+        return state.exercise, practice, state.kind == "scenario", True
+    return None if marker is None else (marker.exercise, marker.dir, False, False)
+
+
 def _practice_script(target: str | None) -> tuple[Path, dict, list[str], Path] | None:
-    """Inside a practice workspace, with no TARGET or TARGET naming the workspace's own script: that
-    script with the exercise's world size, arguments and timeouts, and the workspace's root (its
-    runs go in its runs/ folder, wherever in it the command was typed); otherwise None. The state
-    file is read without pydantic; the manifest only once a workspace is found."""
-    from grader.practice.state import find_root
-
-    root = find_root(Path.cwd())
-    if root is None or (target is not None and not Path(target).is_file()):
+    """Inside a practice or session workspace, with no TARGET, TARGET the workspace's exercise slug
+    (what its brief and hints print) or TARGET naming the workspace's own script: that script, the
+    candidate's copy, with the exercise's world size, arguments and timeouts, and the workspace's
+    root (its runs go in its runs/ folder, wherever in it the command was typed); otherwise None
+    (another exercise's slug runs that exercise's shipped script)."""
+    found = _workspace(Path.cwd(), strict=target is None)
+    if found is None:
         return None
-    from grader.practice.state import PracticeError
-    from grader.practice.workspace import open_workspace
-
-    try:
-        ws = open_workspace(root)
-    except PracticeError:
-        if target is None:
-            raise
-        return None  # a script named outright runs whatever the workspace's state file says
-    if target is not None and ws.scenario:
+    slug, root, scenario, practice = found
+    if target is not None and target != slug and not Path(target).is_file():
         return None
-    ex = ws.require_script("run")
-    script = (ws.root / ex.manifest.entry).resolve()
-    if target is not None and Path(target).resolve() != script:
+    if scenario:
+        if target is not None:
+            return None
+        from grader.practice.workspace import open_workspace
+
+        open_workspace(root).require_script("run")
+    from grader.exercises import find_script
+
+    ex = find_script(slug)
+    script = (root / ex.manifest.entry).resolve()
+    if target not in (None, slug) and Path(target).resolve() != script:
         return None
     if not script.is_file():
-        raise UserError(f"{script} is missing; `trainwreck reset` puts the shipped one back")
+        raise UserError(f"{script} is missing; " + ("`trainwreck reset` puts the shipped one back" if practice else
+                        f"copy the shipped one back from the kit's exercises/{slug}/"))
+    if target == slug:
+        console.info(f"running this workspace's {ex.manifest.entry}, not the shipped one:\n  {script}")
     run = ex.manifest.run
     settings = {"nproc": ex.manifest.world_size, "hang_timeout": run.hang_timeout,
                 "startup_timeout": run.startup_timeout, "timeout": run.timeout, "pg_timeout": run.pg_timeout,
                 "store": run.store.launch_config() if run.store else None}
-    return script, settings, list(run.args), ws.root
+    return script, settings, list(run.args), root
