@@ -69,6 +69,15 @@ def test_every_claim_about_the_kit_is_listed_with_its_proof():
     assert made <= set(CLAIMS), f"a follow-up says what the kit does with no proof listed: {sorted(made - set(CLAIMS))}"
 
 
+def test_no_rubric_follow_up_claims_what_the_kit_does():
+    """The rubrics' own follow-ups (asked of every exercise of a kind) make no such claim: each
+    exercise's grader differs."""
+    for path in sorted((REPO / "rubrics").glob("*.toml")):
+        for k, f in enumerate(tomllib.loads(path.read_text(encoding="utf-8")).get("followups", [])):
+            text = " ".join(f.get(x) or "" for x in ("question", "strong_answer", "weak_answer"))
+            assert not ABOUT_THE_KIT.search(text), f"{path.name} followups[{k}] says what the kit does; prove it here"
+
+
 @pytest.mark.parametrize("key", list(CLAIMS), ids=lambda k: "/".join(k))
 def test_the_bank_says_it_and_the_proof_holds(key):
     slug, fid = key
