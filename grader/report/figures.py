@@ -50,6 +50,11 @@ def num(v: float | None) -> str:
     return f"{v:.3g}" if a >= 0.001 or a == 0 else f"{v:.2e}"
 
 
+def signed(v: float) -> str:
+    """A change: '+39.0', '-2.50', '0'."""
+    return ("+" if v > 0 else "") + num(v)
+
+
 def percentile(xs: list[float], q: float) -> float:
     """Linear interpolation between closest ranks (numpy's default, which matplotlib's boxplot uses)."""
     s = sorted(xs)
@@ -130,7 +135,7 @@ def alt(p: PlotData) -> str:
     if p.key == "memory":
         def one(x: Series) -> str:
             d = x.y[-1] - x.y[0]
-            change = "flat" if abs(d) < 0.5 else f"{'+' if d > 0 else ''}{num(d)}"
+            change = "flat" if abs(d) < 0.5 else signed(d)
             return f"{x.label} from {num(x.y[0])} to {num(x.y[-1])} ({change}, peak {num(max(x.y))})"
         return f"{p.unit} over {max(len(x.y) for x in s)} steps: " + "; ".join(one(x) for x in s) + "."
     if p.key == "step_times":
@@ -150,7 +155,7 @@ def table(p: PlotData) -> Table:
                      [[x.label, str(len(x.y)), num(x.y[0]), num(x.y[-1]), num(min(x.y))] for x in s])
     if p.key == "memory":
         return Table(["line", "steps", f"first {p.unit}", "last", "peak", "change"],
-                     [[x.label, str(len(x.y)), num(x.y[0]), num(x.y[-1]), num(max(x.y)), num(x.y[-1] - x.y[0])]
+                     [[x.label, str(len(x.y)), num(x.y[0]), num(x.y[-1]), num(max(x.y)), signed(x.y[-1] - x.y[0])]
                       for x in s])
     if p.key == "step_times":
         return Table(["run", "steps", "median ms", "5th pct", "95th pct", "slowest"],

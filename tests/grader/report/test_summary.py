@@ -114,7 +114,7 @@ def test_every_drawn_plot_has_a_text_alternative_with_its_figures(session):
         assert caption and re.search(r"\d", caption.group(1)), ref
     assert f'id="alt-{SLUG}-loss">{loss}</span>' in html and memory in html
     assert f"<title>Loss against the reference: {loss}</title>" in html
-    assert "<th scope=\"row\">attempt 1, rank 0</th><td>40</td><td>300</td><td>339</td><td>339</td><td>39.0</td>" in html
+    assert "<th scope=\"row\">attempt 1, rank 0</th><td>40</td><td>300</td><td>339</td><td>339</td><td>+39.0</td>" in html
     assert "this exercise has no throughput check" in html  # an undrawn plot says why
     md = render.render(data.gather(store, sid, with_pixels=False), "md")
     assert f"**Loss against the reference**: {loss}" in md and "| reference, rank 0 | 40 | 2.00 | 0.149 | 0.149 |" in md
