@@ -120,6 +120,7 @@ def test_the_debrief_attaches_them_with_names_inert(session):
     assert 'download="plan.drawio"' in html and hashlib.sha256(files["model.xlsx"]).hexdigest() in html
     assert HOSTILE_NAME not in html and "&lt;img src=x onerror=alert(1)&gt;.png" in html
     assert "borrowing first" in html  # the notes shown
+    assert "written design" in html and "written diagnosis" not in html
     md = render.render(rep, "md")
     assert "### Files the candidate left" in md and hashlib.sha256(files["plan.svg"]).hexdigest() in md
     assert HOSTILE_NAME not in md and "| Borrowing timeline |" in md
