@@ -98,6 +98,12 @@ def test_folds_are_closed_on_screen_and_open_on_paper(browser, debrief):
     opened = browser.evaluate(s, """(() => { const d = document.querySelector('details.fold:not([open])');
         d.open = true; return getComputedStyle(d.nextElementSibling).display; })()""")
     assert opened != "none"  # opening a fold (a click) shows what it folds
+    # in black and white: verdicts and diff lines are told by their words and signs, not by colour
+    browser.send("Emulation.setEmulatedMedia", {"media": "print"}, session=s)
+    styles = browser.evaluate(s, """['.pass', '.fail', 'pre.diff .add', 'figure.plot']
+        .map(q => getComputedStyle(document.querySelector(q))).map(c => [c.color, c.backgroundColor, c.breakInside])""")
+    assert [c[0] for c in styles[:2]] == ["rgb(0, 0, 0)"] * 2
+    assert styles[2][1] == "rgba(0, 0, 0, 0)" and styles[3][2] == "avoid"
     browser.close_page(s)
 
     s = browser.open(page.as_uri())
