@@ -58,6 +58,10 @@ class ProcSample:
     # however many forked workers still share it (None: not measured at this look)
     tree_mb: float | None = None
     gen: int = 0  # the tree's generation: one more each time the set of descendants changed
+    # bytes sent over loopback in the run's own network namespace since it was made (kernel-counted;
+    # the ranks' collectives on gloo and their rendezvous store): None where the rank shares the
+    # parent's namespace (an unisolated run: the host's whole loopback traffic would be counted)
+    net_tx: int | None = None
 
     def to_json(self) -> dict:
         out = {"a": self.attempt, "t": round(self.t, 3), "pid": self.pid,
@@ -66,6 +70,8 @@ class ProcSample:
                "threads": self.threads, "procs": self.procs, "gen": self.gen}
         if self.tree_mb is not None:
             out["tree_mb"] = round(self.tree_mb, 2)
+        if self.net_tx is not None:
+            out["net_tx"] = self.net_tx
         return out
 
 
@@ -230,7 +236,9 @@ class ProcWatch:
         worker, so only at the looks that are written, and only for ranks that have descendants)."""
         now = time.time()
         out = []
-        for r in self.ranks():
+        ranks = self.ranks()
+        net = loopback_tx(ranks[0].pid) if ranks else None
+        for r in ranks:
             tree = self.subtree(r.pid)
             rss = cpu = tree_rss = tree_cpu = 0.0
             uss: float | None = 0.0 if tree_memory else None
@@ -265,7 +273,7 @@ class ProcWatch:
             if procs:
                 out.append(ProcSample(r.rank, r.attempt, r.pid, now, rss, tree_rss, cpu, tree_cpu,
                                       threads, procs, None if uss is None else rss + uss,
-                                      self._generation(r.pid, frozenset(alive))))
+                                      self._generation(r.pid, frozenset(alive)), net))
         return out
 
     def _generation(self, rank_pid: int, descendants: frozenset) -> int:
@@ -294,6 +302,22 @@ class ProcWatch:
             except (OSError, ValueError, IndexError):
                 continue
         return done
+
+
+def loopback_tx(pid: int) -> int | None:
+    """Bytes sent on ``lo`` in the network namespace of ``pid`` (``/proc/<pid>/net/dev``), or None
+    when that namespace is ours or cannot be read. Both ranks' traffic to each other crosses it once."""
+    try:
+        if os.readlink(f"/proc/{pid}/ns/net") == os.readlink("/proc/self/ns/net"):
+            return None
+        with open(f"/proc/{pid}/net/dev") as f:
+            for line in f:
+                name, _, counters = line.partition(":")
+                if name.strip() == "lo":
+                    return int(counters.split()[8])  # receive has 8 fields; transmit bytes is the 9th
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def _stat(pid: int) -> tuple[int, float]:
