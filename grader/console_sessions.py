@@ -120,15 +120,33 @@ def session_view(view, verbose: bool = False) -> None:
                 where = f.get("where") or (f"{f['run']} run" if f.get("run") else "")
                 line = f"flag ({f.get('kind')})" + (f" [{where}]" if where else "") + f": {f.get('what')}"
                 (_wrapped if verbose else _cut)(line)
+        for m in ev.matches:  # the interviewer's to weigh: a small edit is the same in any right fix
+            (_wrapped if verbose else _cut)(f"similar: {m.line}", style="bold yellow")
         if ev.followups:
             console.text("follow-ups the evidence calls for:")
             for i, f in enumerate(ev.followups, 1):
                 _wrapped(f"{i}. {f.followup.question}  [{f.because}]", indent="  ", hang=" " * len(f"{i}. "))
         if ev.sheets:
             _wrapped("scored by: " + ", ".join(sh.interviewer for sh in ev.sheets), indent="")
+    reveals(view, verbose)
     quiz_summary(view.quiz)
     if not verbose and any(ev.latest and ev.latest.result for ev in view.exercises):
         console.text("whole evidence: --verbose, or --json")
+
+
+def reveals(view, verbose: bool = False) -> None:
+    """The kit's answers asked for while the session was open: one line each (when, exercise,
+    what, shown or refused; the folder it was asked from cut to fit, whole with ``verbose``)."""
+    s = view.session
+    if not view.reveals and s.answers == "record":
+        return
+    console.text("")
+    shown = sum(r.outcome == "shown" for r in view.reveals)
+    policy = "refused while open" if s.answers == "refuse" else "recorded while open"
+    console.text(f"answers asked for: {len(view.reveals)} ({shown} shown); hints and reference {policy}",
+                 style="bold yellow" if shown else None)
+    for r in view.reveals:
+        (_wrapped if verbose else _cut)(f"{mmss(_offset(s, r.at)):>6} {r.slug}: {r.what}, {r.outcome}  {r.place}")
 
 
 def _checks_by_attempt(ev, verbose: bool) -> None:

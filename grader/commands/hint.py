@@ -1,5 +1,6 @@
 """``trainwreck hint``: inside a practice workspace, the exercise's next hint (they go from where to
-look towards the mechanism); the count is kept in the workspace's state file."""
+look towards the mechanism); the count is kept in the workspace's state file. While an interview session is open for the
+exercise, each hint is recorded in it too, or refused (``grader.sessions.reveals``)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from grader.commands._practice import json_option, workspace_option
 @json_option
 def command(listing, workspace, as_json):
     """The next hint of this workspace's exercise, one more each time (--all: those seen so far)."""
-    from grader.practice.workspace import hints, open_workspace
+    from grader.practice.workspace import open_workspace
+    from grader.sessions.reveals import hints
 
     ws = open_workspace(workspace)
     h = hints(ws, unfold=not listing)

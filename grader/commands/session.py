@@ -34,14 +34,17 @@ def command() -> None:
 @click.option("--minutes", type=click.IntRange(min=1), default=None, help="Time budget (default: the exercises' own).")
 @click.option("--dir", "root", type=click.Path(path_type=Path), default=None,
               help="Where the workspaces go, one folder per exercise (default ./session-<id>).")
+@click.option("--answers", type=click.Choice(["record", "refuse"]), default="record", show_default=True,
+              help="What the kit's hint and solution commands do for these exercises while the session is "
+                   "open: record each reveal in it, or refuse it (the try recorded).")
 @db_option
 @json_option
-def new_cmd(candidate, exercises, minutes, root, db, as_json):
+def new_cmd(candidate, exercises, minutes, root, answers, db, as_json):
     """Make one workspace per exercise for CANDIDATE and start the clock."""
     from grader.sessions.lifecycle import new_session
 
     with _store(db) as store:
-        session, exs = new_session(store, candidate, list(exercises), minutes, root)
+        session, exs = new_session(store, candidate, list(exercises), minutes, root, answers=answers)
         if as_json:
             console.emit_json({"session": session.id, "db": str(store.path), "candidate": session.candidate,
                                "minutes": session.minutes, "started_at": session.started_at,

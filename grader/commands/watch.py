@@ -67,7 +67,8 @@ def _shown(ws, clear: bool, keys: bool, verbose: bool = False):
     keys h (the next hint) and l (the exercises, one line each) answered here."""
     from grader.commands import list as listing
     from grader.practice.state import PracticeError
-    from grader.practice.workspace import hints
+    from grader.sessions.errors import SessionError
+    from grader.sessions.reveals import hints  # recorded in (or refused by) an open interview session
 
     def emit(ev: dict) -> None:
         kind = ev["event"]
@@ -79,7 +80,7 @@ def _shown(ws, clear: bool, keys: bool, verbose: bool = False):
                     listing.command.callback(as_json=False)
                 else:
                     console.info(f"keys: {', '.join(f'{k} {what}' for k, what in KEYS.items())}")
-            except PracticeError as e:
+            except (PracticeError, SessionError) as e:
                 console.error(str(e))
             return
         show.watch_event(ev, clear, keys, verbose)

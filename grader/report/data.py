@@ -14,7 +14,7 @@ from grader.report.summary import Summary, summarise
 from grader.rubric import Rubric
 from grader.sessions.calibration import Calibration, calibrate
 from grader.sessions.live import ExerciseView, SessionView, session_view
-from grader.sessions.models import Attempt, Session
+from grader.sessions.models import Attempt, Reveal, Session
 from grader.sessions.models import now as models_now
 from grader.sessions.store import Store
 
@@ -114,6 +114,14 @@ class QuizRow:
 
 
 @dataclass
+class RevealEntry:
+    """A hint or the reference asked for while the session was open (grader.sessions.reveals)."""
+
+    reveal: Reveal
+    offset_s: float  # since the session's clock started
+
+
+@dataclass
 class Report:
     session: Session
     clock: dict[str, Any]
@@ -121,6 +129,12 @@ class Report:
     generated_at: str
     db: str
     quiz: list[QuizRow] = field(default_factory=list)
+    reveals: list[RevealEntry] = field(default_factory=list)  # answers asked for while open, oldest first
+
+    @property
+    def similar(self) -> list[tuple[str, Any]]:
+        """(exercise, grader.sessions.similarity.Match): attempts close to the reference or another's."""
+        return [(e.slug, m) for e in self.exercises for m in e.view.matches]
 
     @property
     def summary(self) -> Summary:
@@ -242,7 +256,8 @@ def quiz_rows(answers: list[dict[str, Any]]) -> list[QuizRow]:
 def gather(store: Store, ref: str, with_pixels: bool = True) -> Report:
     sv: SessionView = session_view(store, ref)
     return Report(sv.session, sv.clock(), [exercise_report(sv.session, ev, with_pixels) for ev in sv.exercises],
-                  models_now(), str(store.path), quiz_rows(sv.quiz))
+                  models_now(), str(store.path), quiz_rows(sv.quiz),
+                  reveals=[RevealEntry(r, _offset(sv.session, r.at)) for r in sv.reveals])
 
 
 # ---- several candidates on the same exercise ---------------------------------------------------

@@ -23,9 +23,10 @@ def clean_name(name: str) -> str:
 
 
 def new_session(store: Store, candidate: str, slugs: list[str], minutes: int | None = None,
-                root: Path | None = None) -> tuple[Session, list[SessionExercise]]:
+                root: Path | None = None, answers: str = "record") -> tuple[Session, list[SessionExercise]]:
     """Create the session's workspaces under ``root`` (default ``./session-<id>``: one folder per
-    exercise) and record the session; the clock starts now."""
+    exercise) and record the session; the clock starts now. ``answers``: what the kit's hint and
+    solution commands do while it is open (``grader.sessions.reveals``)."""
     from grader.exercises import find
     from grader.rubric import for_exercise
 
@@ -50,7 +51,7 @@ def new_session(store: Store, candidate: str, slugs: list[str], minutes: int | N
             made.append(make_workspace(root / ex.slug, ex.dir, ex.manifest, sid, store.path))
         store.create_session(sid, candidate, total, root, [
             (ex.slug, root / ex.slug, _rubric_id(ex), is_graded(ex.manifest), getattr(ex.manifest, "title", ex.slug))
-            for ex in exs])
+            for ex in exs], answers=answers)
     except BaseException:
         for d in made:
             shutil.rmtree(d, ignore_errors=True)

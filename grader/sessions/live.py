@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grader.rubric import Rubric, Selected, exercise_followups, find_rubric, for_exercise
-from grader.sessions.models import Attempt, ScoreSheet, Session, SessionExercise, SheetDeletion
+from grader.sessions.models import Attempt, Reveal, ScoreSheet, Session, SessionExercise, SheetDeletion
+from grader.sessions.similarity import Match
 from grader.sessions.store import Store
 from grader.sessions.timeline import Window, marks
 
@@ -33,6 +34,7 @@ class ExerciseView:
     sheets: list[ScoreSheet]
     window: Window | None = None  # the revision window, once the feedback round was given
     marks: dict[int, list[str]] = field(default_factory=dict)  # attempt number -> timeline marks
+    matches: list[Match] = field(default_factory=list)  # attempts close to the reference or another's
 
     @property
     def done(self) -> list[Attempt]:
@@ -53,7 +55,8 @@ class ExerciseView:
                 "recommendations": {s.interviewer: s.recommendation.to_json() if s.recommendation else None
                                     for s in self.sheets},
                 "revision_window": {"start": self.window.start, "minutes": self.window.minutes} if self.window else None,
-                "marks": {str(n): m for n, m in self.marks.items() if m}}
+                "marks": {str(n): m for n, m in self.marks.items() if m},
+                "similar": [m.to_json() for m in self.matches]}
 
 
 @dataclass
@@ -62,6 +65,7 @@ class SessionView:
     exercises: list[ExerciseView]
     quiz: list[dict[str, Any]] = field(default_factory=list)  # quantitative answers, in the order given
     deletions: list[SheetDeletion] = field(default_factory=list)  # score sheets deleted, oldest first
+    reveals: list[Reveal] = field(default_factory=list)  # answers asked for while it was open, oldest first
 
     def clock(self) -> dict[str, Any]:
         elapsed = self.session.elapsed_s()
@@ -72,7 +76,8 @@ class SessionView:
     def to_json(self) -> dict[str, Any]:
         return {"session": self.session.to_json(), "clock": self.clock(),
                 "exercises": [e.to_json() for e in self.exercises], "quiz": self.quiz,
-                "deleted_sheets": [d.to_json() for d in self.deletions]}
+                "deleted_sheets": [d.to_json() for d in self.deletions],
+                "answers": self.session.answers, "reveals": [r.to_json() for r in self.reveals]}
 
 
 def check_rows(attempts: list[Attempt]) -> list[CheckRow]:
@@ -112,11 +117,38 @@ def exercise_view(store: Store, session: Session, sx: SessionExercise) -> Exerci
     given = store.feedback_given_at(session.id, sx.slug)
     window = Window(given, rubric.feedback.revision_minutes) if given else None
     return ExerciseView(sx, rubric, attempts, check_rows(attempts), followups, store.sheets(session.id, sx.slug),
-                        window, {a.n: marks(session, a, window) for a in attempts})
+                        window, {a.n: marks(session, a, window) for a in attempts},
+                        similar(store, session, sx.slug, attempts))
+
+
+def similar(store: Store, session: Session, slug: str, attempts: list[Attempt]) -> list[Match]:
+    """The graded attempts close to the reference fix, or to another session's latest graded
+    attempt of the same exercise (``grader.sessions.similarity``); none for an exercise the kit
+    no longer has or one without a script."""
+    from grader.errors import ManifestError
+    from grader.exercises import find
+    from grader.sessions.similarity import Other, matches
+    from grader.sessions.workspace import editable, snapshot
+
+    done = [(a.n, a.files) for a in attempts if a.status == "done" and a.files]
+    if not done:
+        return []
+    try:
+        ex = find(slug)
+    except ManifestError:
+        return []
+    names = editable(ex.manifest)
+    if not names:
+        return []
+    others = [Other(f"session {s.id}", f"session {s.id} ({s.candidate}) #{a.n}", a.files)
+              for s, a in store.latest_done(slug, session.id)]
+    if all((ex.solution_dir / n).is_file() for n in names):
+        others.insert(0, Other("reference", "reference fix", snapshot(ex.solution_dir, names)))
+    return matches(snapshot(ex.dir, names), done, others)
 
 
 def session_view(store: Store, ref: str) -> SessionView:
     session = store.session(ref)
     store.reap(session.id)
     return SessionView(session, [exercise_view(store, session, sx) for sx in store.exercises(session.id)],
-                       store.quiz_answers(session.id), store.sheet_deletions(session.id))
+                       store.quiz_answers(session.id), store.sheet_deletions(session.id), store.reveals(session.id))

@@ -128,7 +128,23 @@ CREATE TABLE feedback_rounds (
 );
 """
 
-MIGRATIONS: list[str] = [V1, V2, V3, V4]
+# 5: an interview closed to the answers: what the session does when the kit's hints or reference
+# are asked for while it is open ('record' each reveal, or 'refuse' it), and every such reveal.
+V5 = """
+ALTER TABLE sessions ADD COLUMN answers TEXT NOT NULL DEFAULT 'record';
+CREATE TABLE reveals (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id  TEXT NOT NULL REFERENCES sessions(id),
+    slug        TEXT NOT NULL,
+    at          TEXT NOT NULL,
+    what        TEXT NOT NULL,
+    outcome     TEXT NOT NULL CHECK (outcome IN ('shown', 'refused')),
+    place       TEXT NOT NULL
+);
+CREATE INDEX reveals_by_session ON reveals (session_id, id);
+"""
+
+MIGRATIONS: list[str] = [V1, V2, V3, V4, V5]
 LATEST = len(MIGRATIONS)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 ATTEMPT_STATUSES = ("running", "done", "error", "interrupted")
 REVISION_OUTCOMES = ("improved", "partly", "unchanged", "worse", "not-attempted")
 RECOMMENDATIONS = ("strong-no", "no", "yes", "strong-yes")  # an interviewer's hire recommendation
+ANSWER_POLICIES = ("record", "refuse")  # what an open session does when its answers are asked for
 NOT_GIVEN = "not given"  # how a sheet without a recommendation (one saved before they existed) shows
 
 
@@ -30,6 +31,7 @@ class Session:
     minutes: int
     root: str  # the folder holding one workspace per exercise
     closed_at: str | None = None
+    answers: str = "record"  # one of ANSWER_POLICIES: hints and the reference, recorded or refused
 
     @property
     def closed(self) -> bool:
@@ -90,6 +92,22 @@ class Attempt:
                 d.pop(k)
             d["checks"] = self.checks()
         return d
+
+
+@dataclass(frozen=True)
+class Reveal:
+    """A kit command that shows an answer (a hint, the reference diff, its notes), run while the
+    session was open: recorded whether it was shown or refused."""
+
+    session_id: str
+    slug: str
+    at: str
+    what: str  # "hint 2 of 4", "the reference diff", "the reference notes"
+    outcome: str  # shown | refused
+    place: str  # the folder the command ran in
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from grader.sessions.models import (
     DimensionScore,
     FeedbackRound,
     Recommendation,
+    Reveal,
     ScoreSheet,
     Session,
     SessionExercise,
@@ -104,12 +105,12 @@ class Store:
         return secrets.token_hex(4)
 
     def create_session(self, sid: str, candidate: str, minutes: int, root: Path,
-                       exercises: list[tuple[str, Path, str, bool, str]]) -> Session:
+                       exercises: list[tuple[str, Path, str, bool, str]], answers: str = "record") -> Session:
         """``exercises``: (slug, workspace, rubric id, graded, title) in order."""
         t = now()
         with self.write() as c:
-            c.execute("INSERT INTO sessions (id, candidate, created_at, started_at, minutes, root) "
-                      "VALUES (?, ?, ?, ?, ?, ?)", (sid, candidate, t, t, minutes, str(root)))
+            c.execute("INSERT INTO sessions (id, candidate, created_at, started_at, minutes, root, answers) "
+                      "VALUES (?, ?, ?, ?, ?, ?, ?)", (sid, candidate, t, t, minutes, str(root), answers))
             for i, (slug, ws, rubric_id, graded, title) in enumerate(exercises):
                 c.execute("INSERT INTO session_exercises (session_id, slug, position, workspace, rubric_id, "
                           "graded, title) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -160,9 +161,10 @@ class Store:
 
     # ---- attempts ----------------------------------------------------------------------------
     def begin_attempt(self, sid: str, slug: str, sha256: str, files: dict[str, str], shipped: dict[str, str],
-                      diff_fn) -> Attempt:
+                      diff_fn, at: str | None = None) -> Attempt:
         """Number the attempt and diff it against the previous one inside one transaction, so two
-        gradings started at once get distinct numbers and each diffs against the one before it."""
+        gradings started at once get distinct numbers and each diffs against the one before it.
+        ``at``: when the attempt was made (default now; an imported submission's own time)."""
         with self.write() as c:
             prev = c.execute("SELECT n, files FROM attempts WHERE session_id = ? AND slug = ? ORDER BY n DESC LIMIT 1",
                              (sid, slug)).fetchone()
@@ -171,7 +173,7 @@ class Store:
             diff = diff_fn(before, files, f"attempt {n - 1}" if prev else "as shipped", f"attempt {n}")
             cur = c.execute("INSERT INTO attempts (session_id, slug, n, started_at, status, submission_sha256, files, "
                             "diff, pid, host) VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)",
-                            (sid, slug, n, now(), sha256, dumps(files), diff, os.getpid(), socket.gethostname()))
+                            (sid, slug, n, at or now(), sha256, dumps(files), diff, os.getpid(), socket.gethostname()))
             aid = cur.lastrowid
         return self.attempt(aid)
 
@@ -285,6 +287,31 @@ class Store:
         rows = self.conn.execute("SELECT * FROM sheet_deletions WHERE session_id = ? ORDER BY id", (sid,))
         return [SheetDeletion(r["session_id"], r["slug"], r["interviewer"], r["deleted_at"], json.loads(r["sheet"]))
                 for r in rows]
+
+    # ---- answers asked for while the session was open (grader.sessions.reveals) ---------------
+    def open_sessions_for(self, slug: str) -> list[Session]:
+        """The open sessions that hold exercise ``slug``."""
+        rows = self.conn.execute("SELECT s.* FROM sessions s JOIN session_exercises x ON x.session_id = s.id "
+                                 "WHERE s.closed_at IS NULL AND x.slug = ? ORDER BY s.created_at, s.id", (slug,))
+        return [Session(**dict(r)) for r in rows]
+
+    def record_reveal(self, r: Reveal) -> None:
+        with self.write() as c:
+            c.execute("INSERT INTO reveals (session_id, slug, at, what, outcome, place) VALUES (?, ?, ?, ?, ?, ?)",
+                      (r.session_id, r.slug, r.at, r.what, r.outcome, r.place))
+
+    def reveals(self, sid: str) -> list[Reveal]:
+        rows = self.conn.execute("SELECT session_id, slug, at, what, outcome, place FROM reveals "
+                                 "WHERE session_id = ? ORDER BY id", (sid,))
+        return [Reveal(**dict(r)) for r in rows]
+
+    def latest_done(self, slug: str, other_than: str) -> list[tuple[Session, Attempt]]:
+        """Each other session's latest graded attempt of ``slug`` (what similarity compares with)."""
+        rows = self.conn.execute(
+            "SELECT a.* FROM attempts a WHERE a.slug = ? AND a.session_id != ? AND a.status = 'done' AND a.n = "
+            "(SELECT MAX(b.n) FROM attempts b WHERE b.session_id = a.session_id AND b.slug = a.slug "
+            "AND b.status = 'done') ORDER BY a.session_id", (slug, other_than)).fetchall()
+        return [(self.session(r["session_id"]), _attempt(r)) for r in rows]
 
     # ---- the feedback round's revision window --------------------------------------------------
     def give_feedback(self, sid: str, slug: str, at: str | None = None) -> str:

@@ -15,11 +15,11 @@ def tables(conn):
 
 def test_empty_database_migrates_to_latest(tmp_path):
     store = Store.open(tmp_path / "s.db")
-    assert migrations.version(store.conn) == migrations.LATEST == 4
+    assert migrations.version(store.conn) == migrations.LATEST == 5
     assert {"sessions", "session_exercises", "attempts", "scores", "feedback"} <= tables(store.conn)
     assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     Store.open(tmp_path / "s.db").close()  # opening again applies nothing
-    assert migrations.version(store.conn) == 4
+    assert migrations.version(store.conn) == 5
 
 
 def test_version_1_database_keeps_its_rows(tmp_path):
@@ -33,11 +33,12 @@ def test_version_1_database_keeps_its_rows(tmp_path):
     conn.execute("INSERT INTO scores VALUES ('s1', 'ex', 'ada', 'fix', 3, 'n', 't3')")
     conn.close()
     store = Store.open(tmp_path / "s.db")
-    assert migrations.version(store.conn) == 4
+    assert migrations.version(store.conn) == 5
     a1, a2 = store.attempts("s1")
     assert (a1.status, a1.pid, a1.series) == ("done", None, None)
     assert a2.status == "interrupted"  # a version-1 grading left running cannot be alive any more
     assert store.sheets("s1", "ex")[0].level_map() == {"fix": 3}
+    assert store.session("s1").answers == "record" and store.reveals("s1") == []  # version 5: reveals recorded
     old = store.sheets("s1", "ex")[0]  # saved before recommendations existed: "not given", no crash
     assert old.recommendation is None and old.recommendation_words == "not given"
     assert old.to_json()["recommendation"] is None
@@ -48,7 +49,7 @@ def test_newer_schema_is_refused(tmp_path):
     conn = sqlite3.connect(tmp_path / "s.db")
     conn.execute("PRAGMA user_version = 99")
     conn.close()
-    with pytest.raises(SessionError, match="schema version 99 is newer than this trainwreck's 4; upgrade"):
+    with pytest.raises(SessionError, match="schema version 99 is newer than this trainwreck's 5; upgrade"):
         Store.open(tmp_path / "s.db")
 
 
