@@ -40,6 +40,8 @@ def session_created(session, exercises) -> None:
     for sx in exercises:
         how = "graded: run `trainwreck grade` inside it" if sx.graded else "scored by the interviewer alone"
         console.text(f"  {sx.slug}: {sx.workspace}  ({how})")
+    console.text("  hints and the reference: " + ("refused while it is open" if session.answers == "refuse" else
+                                                 "each reveal recorded while it is open (--answers refuse)"))
 
 
 def session_list(sessions, counts: dict[str, int]) -> None:

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from grader.sessions.errors import SessionError
-from grader.sessions.models import Session, SessionExercise
+from grader.sessions.models import ANSWER_POLICIES, Session, SessionExercise
 from grader.sessions.store import Store
 from grader.sessions.workspace import is_graded, make_workspace, read_diagnosis
 
@@ -31,6 +31,8 @@ def new_session(store: Store, candidate: str, slugs: list[str], minutes: int | N
     from grader.rubric import for_exercise
 
     candidate = clean_name(candidate)
+    if answers not in ANSWER_POLICIES:
+        raise SessionError(f"--answers {answers!r} is not a policy; use one of {', '.join(ANSWER_POLICIES)}")
     if not slugs:
         raise SessionError("no exercise given; name one or more with --exercise SLUG (see `trainwreck list`)")
     if len(set(slugs)) != len(slugs):

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from grader.practice import state as practice_state
+from grader.sessions import lifecycle
+from grader.sessions.errors import SessionError
 from grader.sessions.store import Store
 from tests.grader.commands.test_console_width import shown, terminal
 
@@ -111,3 +113,14 @@ def test_an_unreadable_session_database_keeps_the_answers_closed(invoke, tmp_pat
     r = invoke("hint", cwd=tmp_path / "p")
     assert r.code == 2 and "cannot tell whether an interview session is open" in r.err
     assert r.err.count("\n") == 1 and practice_state.load(tmp_path / "p").hints_seen == 0
+
+
+def test_session_new_says_what_happens_to_the_answers_and_refuses_an_unknown_policy(invoke, tmp_path, home):
+    r = invoke("session", "new", "--candidate", "Ann", "--exercise", SLUG, "--dir", str(tmp_path / "S"))
+    assert r.code == 0 and "hints and the reference: each reveal recorded while it is open (--answers refuse)" in r.out
+    r = invoke("session", "new", "--candidate", "Ann", "--exercise", SLUG, "--dir", str(tmp_path / "T"),
+               "--answers", "hide")
+    assert r.code == 2 and "'hide' is not one of 'record', 'refuse'" in r.err and not (tmp_path / "T").exists()
+    with Store.open(home / "sessions.db") as store, pytest.raises(SessionError, match="one of record, refuse"):
+        lifecycle.new_session(store, "Ann", [SLUG], root=tmp_path / "U", answers="hide")
+    assert not (tmp_path / "U").exists()
