@@ -20,6 +20,7 @@ import difflib
 import io
 import tokenize
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 THRESHOLD = 0.9  # flag at or above; see docs/design.md for the margins measured on the corpus
@@ -74,31 +75,31 @@ def distance(a: list[Line], b: list[Line]) -> int:
 Files = dict[str, str]
 
 
-def _d(x: dict[str, list[Line]], y: dict[str, list[Line]]) -> int:
-    return sum(distance(x.get(n, []), y.get(n, [])) for n in sorted(set(x) | set(y)))
+# `session show --watch` builds the view again every few seconds: the pairs already measured are
+# taken from here, so a refresh measures only the attempts graded since (texts are the keys)
+@lru_cache(maxsize=1024)
+def _lines_of(text: str) -> tuple[Line, ...]:
+    return tuple(lines(text))
+
+
+@lru_cache(maxsize=4096)
+def _file_distance(a: str, b: str) -> int:
+    return distance(list(_lines_of(a)), list(_lines_of(b)))
+
+
+def _d(x: Files, y: Files) -> int:
+    return sum(_file_distance(x.get(n, ""), y.get(n, "")) for n in sorted(set(x) | set(y)))
 
 
 class Comparer:
-    """Closeness of file sets to one another, all edits measured from the shipped files; each
-    file set is tokenized once."""
+    """Closeness of file sets to one another, all edits measured from the shipped files."""
 
     def __init__(self, shipped: Files):
-        self._lines: dict[tuple[tuple[str, str], ...], dict[str, list[Line]]] = {}
-        self._edit: dict[tuple[tuple[str, str], ...], int] = {}
-        self._shipped = self._toks(shipped)
-
-    def _toks(self, files: Files) -> dict[str, list[Line]]:
-        key = tuple(sorted(files.items()))
-        if key not in self._lines:
-            self._lines[key] = {n: lines(t) for n, t in files.items()}
-        return self._lines[key]
+        self._shipped = shipped
 
     def edit(self, files: Files) -> int:
         """The size of the edit from the shipped files, in tokens."""
-        key = tuple(sorted(files.items()))
-        if key not in self._edit:
-            self._edit[key] = _d(self._shipped, self._toks(files))
-        return self._edit[key]
+        return _d(self._shipped, files)
 
     def closeness(self, x: Files, y: Files) -> float | None:
         """1: the same edit; 0: as far from ``y`` as the shipped files are; None where neither
@@ -106,7 +107,7 @@ class Comparer:
         base = max(self.edit(x), self.edit(y))
         if base < MIN_EDIT:
             return None
-        return 1.0 - _d(self._toks(x), self._toks(y)) / base
+        return 1.0 - _d(x, y) / base
 
     def ratio(self, x: Files, y: Files) -> float:
         """difflib's whole-file ratio over the same tokens (reported beside closeness, to show why
