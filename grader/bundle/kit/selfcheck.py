@@ -3,7 +3,8 @@ functions, every property that needs no reference solution: the job completes, e
 partitions the data (and a kill-and-restart neither replays nor skips), memory stays flat (its
 slope per step), checkpoints are sound and a restarted run continues exactly as the script's own
 uninterrupted run, world size 1 trains as world size 2 does, the collectives per step, the step-time
-tail, the checkpoint's contents, the workload. A speed exercise runs the broken script (shipped
+tail, the checkpoint's contents, the workload, and where the grading injects an fp16 gradient
+overflow, that the run survives it (its parameters finite: the step skipped). A speed exercise runs the broken script (shipped
 here) and yours side by side and compares their steps/s with the grading's pass bar.
 
 What needs the reference run (its final parameters, its loss curve, its step time or memory level)
@@ -38,6 +39,7 @@ from grader.checks.base import CheckResult, Context  # noqa: E402
 from grader.evidence import RunEvidence, load_run  # noqa: E402
 from grader.roles import Plan, Role, RunRequest, grading_env  # noqa: E402
 from grader.throughput import charged, intervals, job_rate, startup_s  # noqa: E402
+from harness.faults import OVERFLOW_ENV  # noqa: E402
 from harness.launch import LaunchConfig, launch  # noqa: E402
 from harness.store_service import StoreConfig  # noqa: E402
 
@@ -91,6 +93,8 @@ def run_once(spec: Spec, script: Path, req: RunRequest, run_dir: Path) -> RunEvi
     (run_dir / "work").mkdir(parents=True, exist_ok=True)
     settings = req.launch_settings()
     settings["env"] = grading_env(settings["env"])
+    if getattr(spec.run, "overflow_at_step", None) is not None:  # as every grading run meets it
+        settings["env"][OVERFLOW_ENV] = str(spec.run.overflow_at_step)
     launch(LaunchConfig(script=script, script_args=list(spec.run.args), hang_timeout=spec.run.hang_timeout,
                         startup_timeout=spec.run.startup_timeout, timeout=spec.run.timeout,
                         pg_timeout=spec.run.pg_timeout, run_dir=run_dir,
@@ -121,7 +125,10 @@ def speed(spec: Spec, raw: dict, folder: Path, out: Path, main: RunEvidence) -> 
         evs["broken"] = run_once(spec, broken, req, out / f"broken{i}")
         rate = {role: job_rate(ev) for role, ev in evs.items()}
         su = {role: startup_s(ev) for role, ev in evs.items()}
-        extra = (max(0.0, su["yours"] - su["broken"]) if None not in su.values() else 0.0)
+        # start-up less the first step's own work at the role's rate, as the grading counts it
+        before = {role: max(0.0, s - (1 / rate[role] if rate[role] > 0 else 0.0))
+                  for role, s in su.items() if s is not None}
+        extra = max(0.0, before["yours"] - before["broken"]) if len(before) == 2 else 0.0
         rounds.append({**rate, "startup_s": su,
                        "charged": charged(rate["yours"], intervals(evs["yours"]), extra)})
 
@@ -141,6 +148,35 @@ def speed(spec: Spec, raw: dict, folder: Path, out: Path, main: RunEvidence) -> 
     return CheckResult("throughput", got >= bar, msg, {"rounds": rounds, "speedup": got, "pass_speedup": bar})
 
 
+def survives_overflow(spec: Spec, main: RunEvidence) -> CheckResult | None:
+    """Where the grading injects an fp16 gradient overflow (``[run] overflow_at_step``: inf in one
+    gradient of that step on every rank, ``harness.faults``), every rank's final parameters are
+    finite: a dynamic loss scaler skips the step and lowers its scale; a constant scale, or none,
+    applies the inf and the weights turn NaN. None where the exercise injects no overflow."""
+    import torch
+
+    at, name = getattr(spec.run, "overflow_at_step", None), "survives_overflow"
+    if at is None:
+        return None
+    if not any(e.get("kind") == "overflow" for r in main.ranks for e in main.events(r)):
+        return CheckResult(name, False, f"no overflow was injected: the run never reached step {at}",
+                           {"status": main.status}, environment=main.status != "ok")
+    bad: dict[int, list[str]] = {}
+    for r in sorted(main.ranks):
+        params = main.params(r)
+        if params is None:
+            return CheckResult(name, False, f"rank {r} left no final parameters to look at", {"rank": r})
+        bad[r] = [k for k, t in params.items() if not bool(torch.isfinite(t).all())]
+    evidence = {"overflow_at_step": at, "non_finite": {r: v for r, v in bad.items() if v}}
+    r = next((r for r, v in bad.items() if v), None)
+    if r is not None:
+        return CheckResult(name, False, f"the gradients of step {at} overflowed (inf, as fp16 leaves them) and "
+                           f"rank {r}'s final parameters hold NaN or inf in {len(bad[r])} tensors (first "
+                           f"{bad[r][0]}): the overflowed step was applied", evidence)
+    return CheckResult(name, True, f"the gradients of step {at} overflowed (inf on every rank) and every rank's "
+                       "final parameters are finite: the step was skipped", evidence)
+
+
 def judge_all(spec: Spec, raw: dict, folder: Path, out: Path) -> list[CheckResult]:
     changed = [rel for rel, sha in raw["protected"].items()
                if not (folder / rel).is_file() or hashlib.sha256((folder / rel).read_bytes()).hexdigest() != sha]
@@ -156,6 +192,9 @@ def judge_all(spec: Spec, raw: dict, folder: Path, out: Path) -> list[CheckResul
         r = check_module(c.name).judge(c, ctx)
         results.append(r)
         ctx.earlier.append(r)
+    overflow = survives_overflow(spec, runs["main"])
+    if overflow is not None:
+        results.append(overflow)
     if raw.get("throughput"):
         results.append(speed(spec, raw, folder, out, runs["main"]))
     return results
