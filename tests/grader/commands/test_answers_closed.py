@@ -69,6 +69,11 @@ def test_the_issues_reproduction_is_recorded_and_shown_to_the_interviewer(invoke
     md = out.read_text()
     assert "## Answers asked for, and submissions like another's" in md
     assert "memory-leak: the reference diff, shown" in md and "memory-leak: hint 1 of 3, shown" in md
+    html = tmp_path / "debrief.html"
+    assert invoke("report", sid, "--out", str(html)).code == 0
+    page = html.read_text()
+    assert "<h2>Answers asked for, and submissions like another's</h2>" in page
+    assert f"<td>hint 1 of 3, shown</td><td>{x}</td>" in page
 
 
 def test_a_session_made_to_refuse_answers_refuses_them_in_one_line_and_records_the_try(invoke, tmp_path, home):
