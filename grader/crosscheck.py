@@ -31,7 +31,10 @@ Files: the save trace says when each traced write into a path ended (its end rec
 the parent on receipt: ``rt``); the work dir, read after the run (sealed: ``lstat`` only), says when
 each file last changed. A traced file that changed later than its last traced write was written by
 something the trace cannot see (``ctypes``, a program started, a memory map): the checks read the
-file itself, so the verdict already rests on what it holds, and the flag says how it came to."""
+file itself, so the verdict already rests on what it holds, and the flag says how it came to.
+
+Traffic: the collective trace's bytes against the bytes the run's own loopback carried
+(``grader.evidence.traffic``, with its margins); ``collectives_per_step`` also fails on it."""
 
 from __future__ import annotations
 
@@ -42,6 +45,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from grader.evidence import traffic
 from grader.evidence.memory import interpolate
 from grader.evidence.saves import file_ops
 from grader.result import Flag
@@ -173,6 +177,15 @@ def untraced_writes(run: str, run_dir: Path, key: str) -> list[Flag]:
                 "save trace saw into it: written by something the trace does not see (ctypes, a program, a "
                 "memory map); the checks read the file as it is")))
     return out[:MAX_UNTRACED]
+
+
+def traffic_disagreement(run: str, run_dir: Path, key: str) -> list[Flag]:
+    """The collective trace against the bytes the run's loopback carried (sandboxed runs on gloo)."""
+    ranks = rundir.ranks_in(run_dir)
+    samples = [s for r in ranks for s in rundir.read_records(rundir.rank_dir(run_dir, r) / PROC_SAMPLES, key).valid]
+    colls = [c for r in ranks for c in rundir.read_records(rundir.rank_dir(run_dir, r) / rundir.COLLECTIVES, key).valid]
+    what = traffic.disagreement(traffic.measure(samples, colls))
+    return [Flag(kind="disagree", run=run, what=what)] if what else []
 
 
 def _under_work(path: str, run_dir: Path) -> bool:

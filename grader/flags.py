@@ -76,6 +76,7 @@ def run_flags(run: str, run_dir: Path) -> list[Flag]:
         key = rundir.load_run(run_dir)["key"]
         out += crosscheck.disagreements(run, run_dir, key)
         out += crosscheck.untraced_writes(run, run_dir, key)
+        out += crosscheck.traffic_disagreement(run, run_dir, key)
     except (OSError, ValueError, KeyError, TypeError):
         pass  # no run.json to verify records with: nothing to hold against the samples
     try:

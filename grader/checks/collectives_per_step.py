@@ -14,6 +14,11 @@ gradient data it reduces, from the harness's trace at the c10d dispatcher (which
   gradient bytes (the workload's ``params`` in fp32). A "fix" where every rank computes the whole
   global batch itself and never communicates fails, naming the bytes seen per step. Gradient
   compression (fp16 or bf16 hooks) halves the bytes, so a share of 0.5 still lets it through.
+
+The trace is written in the rank. In a sandboxed run on gloo the parent also counts the bytes the
+run's own loopback carried (``grader.evidence.traffic``): where the trace claims far more than went
+over the wire (records the script wrote itself, collectives faked), the check fails on the parent's
+count, whatever the trace says.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Literal
 from pydantic import Field
 
 from grader.checks.base import Check, CheckResult, CheckSpec, Context, need
+from grader.evidence import traffic
 
 REDUCING = {"all_reduce", "all_reduce_coalesced", "reduce", "reduce_scatter", "reduce_scatter_single",
             "reduce_scatter_single_coalesced"}
@@ -110,6 +116,11 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
         seen = [v["median_per_step"] for v in evidence["gradient_bytes"].values()]
         if seen:
             msg += f"; {_mb(min(seen))} of gradients reduced per step (median), the model's are {_mb(model)}"
+    tr = ev.traffic
+    if tr is not None:
+        evidence["traffic"] = tr.to_json()
+        if tr.claimed >= traffic.MIN_CLAIMED and tr.sent < traffic.MIN_RATIO * tr.claimed:
+            problems.append(traffic.disagreement(tr) or "")
     if problems:
         return CheckResult(name, False, "; ".join(problems), evidence)
     return CheckResult(name, True, msg, evidence)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.evidence import saves
+from grader.evidence import traffic as traffic_mod
 from grader.evidence.store import StoreLog, read_store
 from grader.evidence.watched import Watched, read_watched
 from harness import rundir
@@ -98,6 +99,12 @@ class RunEvidence:
         """The rank's verified collective trace, every attempt."""
         path = rundir.rank_dir(self.run_dir, rank) / rundir.COLLECTIVES
         return rundir.read_records(path, self.key).valid
+
+    @cached_property
+    def traffic(self) -> traffic_mod.Traffic | None:
+        """The collective trace's claims against the bytes the run's loopback carried (sandboxed runs)."""
+        return traffic_mod.measure([s for r in self.ranks for s in self.proc_samples(r)],
+                                   [c for r in self.ranks for c in self.collective_records(r)])
 
     @cached_property
     def save_records(self) -> dict[int, list[dict[str, Any]]]:
