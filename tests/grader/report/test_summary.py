@@ -42,7 +42,8 @@ def test_the_summary_box_leads_the_html_with_the_committee_s_questions(session):
     assert html.index('<section class="summary"') < html.index('<section class="exercise"')
     assert "Passed 1 of 1 graded exercise." in box and "2 attempts." in box
     assert re.search(r"Time used: \d+:\d\d of 60 min \(\d+%\); the session is still open", box)
-    assert '<span class="pass">PASSED</span>, score 1.00' in box and "#2 at 0:00" in box
+    assert '<span class="pass">PASSED</span>, score 1.00' in box
+    assert re.search(r"<td>#2 at \d+:\d\d</td>", box)  # the clock's offset: seconds on a loaded machine
     assert "<td>ada</td><td><strong>yes</strong></td><td>2.89 / 4</td><td>found it from the ledger</td>" in box
     assert "<td>bob</td><td><strong>strong no</strong></td><td>2.96 / 4</td><td>guessed before measuring</td>" in box
     assert "recommendations differ (split for and against hiring): bob strong no, ada yes" in box
