@@ -112,7 +112,7 @@ def _disagreements(e: ExerciseReport, several: bool) -> list[str]:
         out.append(f"{where}no recommendation from {', '.join(missing)}: ask for one before deciding")
     for d in e.calibration.flagged:
         scores = ", ".join(f"{w} {_level(v)}" for w, v in d.scores.items() if v is not None)
-        out.append(f"{where}{d.title} ({d.id}) scored {_level(d.spread)} levels apart: {scores}")
+        out.append(f"{where}{d.title} ({d.id}) scored {_level(d.spread or 0.0)} levels apart: {scores}")
     overall = {w: v for w, v in e.calibration.overall.items() if v is not None}
     if len(overall) > 1 and max(overall.values()) - min(overall.values()) >= OVERALL_APART:
         out.append(f"{where}whole-rubric scores {max(overall.values()) - min(overall.values()):.2f} levels apart: "
