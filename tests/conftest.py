@@ -79,3 +79,12 @@ def _one_checkpoint_reader():
         os.environ.pop(SANDBOX_ENV, None)
     else:
         os.environ[SANDBOX_ENV] = old
+
+
+def pytest_collection_modifyitems(config, items):
+    from tests.areas import area_of
+
+    for item in items:
+        area = area_of(str(Path(str(item.fspath)).resolve().relative_to(REPO)))
+        if area is not None:
+            item.add_marker(area)
