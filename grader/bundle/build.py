@@ -5,7 +5,9 @@ What goes in: per exercise the candidate's files (brief, broken scripts, recorde
 and a DIAGNOSIS.md template; the ``harness`` package and a small launcher (``run.py``: `trainwreck
 run` without the grader); a self-check (``selfcheck.py``) that runs the script and tells pass or
 fail on the checks that need no reference run, using the grader's own check functions and only the
-modules they import.
+modules they import. A session's bundle (``session_id`` given) also carries ``session.json`` (the
+session id, each graded exercise's editable files and their hashes as shipped) and ``submit.py``,
+which packs the candidate's files into the archive `trainwreck session import` takes.
 
 What stays out: solutions and their NOTES, hints, rubrics, the manifests (they hold the hints and
 every check's thresholds), the compute-bound scripts, and every check that needs the reference.
@@ -141,7 +143,25 @@ def selfcheck_spec(ex) -> dict[str, Any]:
     }
 
 
-def build(slugs: list[str], out: Path) -> BundleResult:
+def session_spec(session_id: str, exs: list) -> dict[str, Any]:
+    """``session.json``: what submit.py packs for each graded exercise, and for which session."""
+    return {"format": 1, "session": session_id, "exercises": {
+        ex.slug: {"editable": list(ex.manifest.editable),
+                  "shipped": {n: hashlib.sha256((ex.dir / n).read_bytes()).hexdigest() for n in ex.manifest.editable}}
+        for ex in exs if is_graded(ex.manifest) and ex.manifest.editable}}
+
+
+def _readme(exs: list, session_id: str | None) -> str:
+    text = (KIT / "README.md").read_text(encoding="utf-8")
+    listing = "\n".join(f"- `{ex.slug}`: {ex.manifest.title} ({ex.manifest.minutes} min): "
+                        f"`exercises/{ex.slug}/BRIEF.md`" for ex in exs)
+    handing_in = (KIT / "SUBMIT.md").read_text(encoding="utf-8") if session_id else ""
+    return text.replace("{{exercises}}", listing).replace("{{submit}}\n", handing_in)
+
+
+def build(slugs: list[str], out: Path, session_id: str | None = None) -> BundleResult:
+    """The bundle of exercises ``slugs`` at ``out``; with ``session_id``, one a candidate submits
+    from into that session."""
     from grader.exercises import find, kit_root
 
     if not slugs:
@@ -185,10 +205,11 @@ def build(slugs: list[str], out: Path) -> BundleResult:
                 shutil.copy2(path, dest)
         for f in ("run.py", "selfcheck.py"):
             shutil.copy2(KIT / f, folder / f)
-        readme = (KIT / "README.md").read_text(encoding="utf-8")
-        listing_ex = "\n".join(f"- `{ex.slug}`: {ex.manifest.title} ({ex.manifest.minutes} min): "
-                               f"`exercises/{ex.slug}/BRIEF.md`" for ex in exs)
-        (folder / "README.md").write_text(readme.replace("{{exercises}}", listing_ex), encoding="utf-8")
+        if session_id:
+            shutil.copy2(KIT / "submit.py", folder / "submit.py")
+            (folder / "session.json").write_text(json.dumps(session_spec(session_id, exs), indent=2) + "\n",
+                                                 encoding="utf-8")
+        (folder / "README.md").write_text(_readme(exs, session_id), encoding="utf-8")
         listing = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
         if archive:
             out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""``trainwreck session new | show | score | unscore | feedback | list | close``: the interviewer's side of a live work
+"""``trainwreck session new | show | import | score | unscore | feedback | list | close``: the interviewer's side of a live work
 sample, recorded in the session store (SQLite; ``--db``, default ``$TRAINWRECK_HOME/sessions.db``
 or ``~/.trainwreck/sessions.db``)."""
 
@@ -11,6 +11,7 @@ import click
 
 from grader import console
 from grader import console_sessions as show
+from grader.commands._options import device_option
 
 db_option = click.option("--db", type=click.Path(path_type=Path), envvar="TRAINWRECK_DB", default=None,
                          help="The session database (default $TRAINWRECK_HOME/sessions.db, else ~/.trainwreck/sessions.db).")
@@ -83,6 +84,33 @@ def show_cmd(session, watch, verbose, db, as_json):
             if not watch or as_json:
                 return
             time.sleep(watch)
+
+
+@command.command("import")
+@click.argument("session")
+@click.argument("archive", type=click.Path(path_type=Path))
+@device_option
+@click.option("--no-sandbox", "no_sandbox", is_flag=True,
+              help="Grade without the bubblewrap sandbox (unisolated; result.json says so).")
+@click.option("--verbose", "-v", is_flag=True, help="Each check's whole evidence.")
+@db_option
+@json_option
+def import_cmd(session, archive, device, no_sandbox, verbose, db, as_json):
+    """Record a remote candidate's submission (the ARCHIVE their bundle's submit.py wrote) as an
+    attempt of SESSION at the time it was submitted, and grade it here, in the sandbox, as a
+    local attempt is graded. The archive is checked first (session, exercise, editable files
+    only, hashes, sizes, no links or paths outside it); a bad one is refused and nothing is
+    recorded."""
+    import sys
+
+    from grader.bundle.intake import check, record
+
+    with _store(db) as store:
+        intake = check(store, session, archive)
+        console.info(f"{archive}: {intake.exercise.slug}, submitted at {intake.at}")
+        res = record(store, intake, device=device, sandbox=not no_sandbox, progress=console.info)
+    console.grade_result(res, as_json, verbose)
+    sys.exit(res.exit_code)
 
 
 @command.command("score")

@@ -44,8 +44,9 @@ def grades_dir(store: Store, sid: str, slug: str, n: int) -> Path:
     return store.path.parent / "grades" / sid / slug / f"attempt-{n}"
 
 
-def begin(store: Store, marker: Marker) -> tuple[Any, Attempt]:
-    """Check the session is open and the exercise is graded, then commit the attempt's row."""
+def begin(store: Store, marker: Marker, at: str | None = None) -> tuple[Any, Attempt]:
+    """Check the session is open and the exercise is graded, then commit the attempt's row (its
+    time ``at``, default now: an imported remote submission keeps the time it was made)."""
     from grader.exercises import find
     from grader.submission import files_digest
 
@@ -68,18 +69,20 @@ def begin(store: Store, marker: Marker) -> tuple[Any, Attempt]:
     files = snapshot(marker.dir, names)
     shipped = snapshot(ex.dir, names)
     attempt = store.begin_attempt(session.id, marker.exercise, files_digest(marker.dir, names), files, shipped,
-                                  unified_diff)
+                                  unified_diff, at=at)
     store.set_diagnosis(session.id, marker.exercise, read_diagnosis(marker.dir))
     return ex, attempt
 
 
 def record_attempt(marker: Marker, *, repeats: int | None = None, device: str = "auto",
-                   out: Path | None = None, progress: Progress = lambda s: None, sandbox: bool = True) -> Any:
-    """Grade the workspace of ``marker`` and record the attempt; returns what ``grade`` returns."""
+                   out: Path | None = None, progress: Progress = lambda s: None, sandbox: bool = True,
+                   at: str | None = None) -> Any:
+    """Grade the workspace of ``marker`` and record the attempt (made at ``at``, default now);
+    returns what ``grade`` returns."""
     from grader.grade import GradeOptions, grade
 
     with Store.open(Path(marker.db)) as store:
-        ex, attempt = begin(store, marker)
+        ex, attempt = begin(store, marker, at)
         progress(f"session {attempt.session_id}: attempt {attempt.n} of {attempt.slug}")
         out_dir = (out or grades_dir(store, attempt.session_id, attempt.slug, attempt.n)).resolve()
         try:
