@@ -6,12 +6,14 @@ from __future__ import annotations
 import functools
 import operator
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic_core import ErrorDetails
 
 from grader.checks import CHECK_NAMES, REGISTRY
 from grader.checks.base import Strict as _Strict
+from grader.checks.throughput import Spec as ThroughputSpec
 from grader.errors import ManifestError
 from grader.files import read_toml
 from harness import defaults
@@ -67,7 +69,7 @@ class StoreSettings(_Strict):
             raise ValueError("give a folder inside the working dir, without '..'")
         return v
 
-    def launch_config(self):
+    def launch_config(self) -> StoreConfig:
         from harness.store_service import StoreConfig
 
         return StoreConfig(root=self.root, mib_per_s=self.mib_per_s, max_object_mib=self.max_object_mib)
@@ -99,19 +101,26 @@ class LimitSettings(_Strict):
     shm_mb: int | None = Field(None, gt=0)
     log_mb: float | None = Field(None, gt=0)
 
-    def to_limits(self):
+    def to_limits(self) -> Limits:
         from harness.limits import Limits
 
         return Limits(**{k: v for k, v in self.model_dump().items() if v is not None})
 
 
-def _check_spec_union():
+def _check_spec_union() -> Any:
     """The checks' own spec models, told apart by their ``name``."""
     return Annotated[functools.reduce(operator.or_, (c.spec for c in REGISTRY.values())),
                      Field(discriminator="name")]
 
 
-CheckSpec = _check_spec_union()
+if TYPE_CHECKING:
+    # the union is built from the registry at import time, which a checker cannot follow: to it a
+    # check's spec is the base every check's Spec derives from
+    from grader.checks.base import CheckSpec
+    from harness.limits import Limits
+    from harness.store_service import StoreConfig
+else:
+    CheckSpec = _check_spec_union()
 
 
 class Issue(_Strict):
@@ -192,13 +201,14 @@ class Manifest(_Strict):
                 raise ValueError(f"checks[{i}].{e}") from None
         return self
 
-    def check(self, name: str):
+    def check(self, name: str) -> CheckSpec | None:
         return next((c for c in self.checks if c.name == name), None)
 
     @property
-    def throughput(self):
+    def throughput(self) -> ThroughputSpec | None:
         """The throughput check's spec, where the exercise is graded on speed."""
-        return self.check("throughput")
+        spec = self.check("throughput")
+        return spec if isinstance(spec, ThroughputSpec) else None
 
 
 def _check_issues(issues: list[Issue], known: set[str], broken_fails: set[str]) -> None:
@@ -222,7 +232,7 @@ def _check_issues(issues: list[Issue], known: set[str], broken_fails: set[str]) 
                              "broken script fails because of this issue")
 
 
-def _loc(err: dict[str, Any]) -> str:
+def _loc(err: ErrorDetails) -> str:
     parts = []
     for p in err.get("loc", ()):
         if isinstance(p, int):
@@ -234,7 +244,7 @@ def _loc(err: dict[str, Any]) -> str:
     return "".join(parts) or "(top level)"
 
 
-def _fix(err: dict[str, Any]) -> str:
+def _fix(err: ErrorDetails) -> str:
     kind = err.get("type", "")
     if kind == "missing":
         return "add it"

@@ -13,7 +13,7 @@ a result calls for, so that sessions and reports never do arithmetic or matching
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -172,7 +172,7 @@ class Rubric(_Strict):
         return (value - lo) / (hi - lo)
 
     # ---- follow-ups --------------------------------------------------------------------------
-    def select_followups(self, results: list[dict[str, Any]], extra: list[Followup] = ()) -> list[Selected]:
+    def select_followups(self, results: list[dict[str, Any]], extra: Sequence[Followup] = ()) -> list[Selected]:
         """The follow-ups that apply, given the results of a candidate's attempts (oldest first;
         result.json dicts). Unconditional ones always apply; an exercise with no attempt (a
         scenario scored by the interviewer alone) gets only those."""

@@ -64,7 +64,7 @@ def held_back(ev, rank: int) -> Held | None:
     steps = [e for e in events if e.get("kind") == "step" and _attempt(e) is not None]
     if not steps:
         return None
-    last = max(_attempt(e) for e in steps)
+    last = max(a for e in steps if (a := _attempt(e)) is not None)
     steps = [e for e in steps if _attempt(e) == last and type(e.get("step")) is int and _num(e.get("rt")) is not None]
     if not steps:
         return None

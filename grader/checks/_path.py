@@ -53,7 +53,7 @@ def _resume_point(start: float, ref: dict[int, float], spec) -> int | None:
     return max(found) if found else None
 
 
-def judge_run(role: str, ev: RunEvidence, ref: dict[int, float], spec, info: dict[str, Any],
+def judge_run(role: str, ev: RunEvidence, ref: dict[int, float], spec, info: dict[int, dict[str, Any]],
               against: str = "the reference run") -> str | None:
     """What is wrong with one run's path against ``ref`` (``against`` names whose path it is), or
     None. ``spec`` has ``rtol``, ``atol`` and ``checkpoint_interval``."""
@@ -167,6 +167,7 @@ def judge_role(ctx, name: str, role: str, main: RunEvidence, ref: dict[int, floa
     if not any(step_fingerprints(ev, r) for r in ev.ranks):
         return CheckResult(name, False, f"the {role} run was not recorded with parameter fingerprints",
                            evidence, environment=True)
-    info = evidence["runs"][str(role)] = {}
+    info: dict[int, dict[str, Any]] = {}  # by rank
+    evidence["runs"][str(role)] = info
     problem = judge_run(str(role), ev, ref, spec, info, against)
     return CheckResult(name, False, problem, evidence) if problem else ev

@@ -35,6 +35,11 @@ class Strict(BaseModel):
 class CheckSpec(Strict):
     """The fields every check's manifest table has."""
 
+    if TYPE_CHECKING:
+        # each check's Spec declares it as Literal["<its name>"] (the manifest's discriminator); a
+        # pydantic field here would let a spec be built without it
+        name: str
+
     required: bool = True  # a failure fails the submission (else the check only earns credit)
     weight: float = Field(1.0, ge=0)
 
@@ -152,8 +157,11 @@ def agreed_params(ev: RunEvidence, name: str) -> dict[str, Any] | CheckResult:
     from grader.evidence.params import disagreement
 
     why = disagreement(ev)
-    if why is None:
-        return ev.params(0)
+    params = ev.params(0)
+    if why is None and params is not None:
+        return params
+    if why is None:  # a run without ranks: rank 0 left nothing either
+        why = {"missing_ranks": [0]}
     if "missing_ranks" in why:
         missing = why["missing_ranks"]
         return CheckResult(name, False, f"{ev.describe()}: rank {missing[0]} left no final parameters "

@@ -180,7 +180,7 @@ def _targets(spec, ev: RunEvidence, work: Path, store: StoreObjects | None,
              evidence: dict[str, Any]) -> tuple[list[_Target], str]:
     """Per target, what it held, and a problem that fails the check outright (the store's folder
     written other than through the store)."""
-    out = []
+    out: list[_Target] = []
     copy_slack = spec.slack if spec.copy_slack is None else spec.copy_slack
     history = ev.file_history
     root = os.path.realpath(ev.store.root) if store is not None and ev.store and ev.store.root else None
@@ -189,7 +189,7 @@ def _targets(spec, ev: RunEvidence, work: Path, store: StoreObjects | None,
         full = str((work / t).resolve())
         info: dict[str, Any] = {"slack": slack}
         evidence["targets"][t] = info
-        if root is not None and t != spec.path and (full == root or full.startswith(root + "/")):
+        if store is not None and root is not None and t != spec.path and (full == root or full.startswith(root + "/")):
             info.update(store=True, **store.info)
             if store.rejected:
                 info["uploads_not_told"] = store.rejected[:5]

@@ -50,7 +50,7 @@ from grader.evidence.saves import FileOp, Unit, unit_of
 from grader.roles import FINGERPRINTS, Role, RunRequest
 from harness.launch import Fault
 
-RESTARTS = {Role.RESUME: "killed mid-run", Role.RESUME_SAVE: "killed during a checkpoint write"}
+RESTARTS: dict[str, str] = {Role.RESUME: "killed mid-run", Role.RESUME_SAVE: "killed during a checkpoint write"}
 
 
 class Spec(CheckSpec):
@@ -166,7 +166,7 @@ class _Loaded:
         """``files``: for a folder, only these of its files (relative); every traced one when None."""
         kind = unit.kind if unit is not None else "file"
         names = None
-        if kind == "dir":
+        if unit is not None and kind == "dir":
             names = sorted(files - {""}) if files else sorted(
                 p[len(unit.path) + 1:] for p in unit.files_seen if os.path.lexists(p))
         k = (rel, tuple(names) if names is not None else None)
@@ -197,8 +197,8 @@ def _files(role: str, ev: RunEvidence, read: set[str], spec, expected, problems:
     for (rank, _attempt), units in sorted(_loaded_units(ev).items()):
         whole: dict[str, Any] = {}
         for rel, files in sorted(units.items()):
-            unit = ev.units.get(str(loaded.work / rel))
-            obj, err = loaded.get(rel, unit, files if unit is not None and unit.kind == "dir" else None)
+            traced = ev.units.get(str(loaded.work / rel))
+            obj, err = loaded.get(rel, traced, files if traced is not None and traced.kind == "dir" else None)
             if err is None:
                 whole[rel] = obj
         if not whole:
@@ -256,21 +256,22 @@ def _in_place(role: str, ev: RunEvidence, read: set[str], problems: Problems) ->
     units = checkpoint_units(ev, read)
     files = {r for r, u in units.items() if u.kind == "file"}
     found = []
-    writes = [o for o in ev.file_ops if o.op in ("save", "copy", "bytes") and o.path]
-    torn = [o for o in writes if o.t_end is None and _rel(o.path, work) in files]
-    direct = [o for o in writes if o.t_end is not None and _rel(o.path, work) in read and _rel(o.path, work) in files]
-    for o in torn + direct[:1]:
-        found.append({"path": _rel(o.path, work), "rank": o.rank, "step": o.step, "attempt": o.attempt,
+    # (its destination, the op): a save, copy or write always has one
+    writes = [(o.path, o) for o in ev.file_ops if o.op in ("save", "copy", "bytes") and o.path]
+    torn = [(p, o) for p, o in writes if o.t_end is None and _rel(p, work) in files]
+    direct = [(p, o) for p, o in writes if o.t_end is not None and _rel(p, work) in read and _rel(p, work) in files]
+    for p, o in torn + direct[:1]:
+        found.append({"path": _rel(p, work), "rank": o.rank, "step": o.step, "attempt": o.attempt,
                       "op": o.op, "finished": o.t_end is not None})
     if torn:
-        o = torn[0]
-        loaded = any(lo.path == o.path and lo.attempt > o.attempt for lo in ev.file_loads)
+        p, o = torn[0]
+        loaded = any(lo.path == p and lo.attempt > o.attempt for lo in ev.file_loads)
         problems.add("torn", f"in the {role} run rank {o.rank} was killed half-way through a {_call(o)} "
-                     f"straight into {_rel(o.path, work)} (step {o.step})"
+                     f"straight into {_rel(p, work)} (step {o.step})"
                      + (", and the restarted job then loaded that file" if loaded else ""))
     if direct:
-        o = direct[0]
-        problems.add("in_place", f"{_call(o)} wrote straight into {_rel(o.path, work)}, a file a restart loads "
+        p, o = direct[0]
+        problems.add("in_place", f"{_call(o)} wrote straight into {_rel(p, work)}, a file a restart loads "
                      f"(rank {o.rank} at step {o.step}, {role} run)")
     for rel, u in sorted(units.items()):
         if u.kind == "file":
@@ -279,9 +280,9 @@ def _in_place(role: str, ev: RunEvidence, read: set[str], problems: Problems) ->
         for v in u.versions:
             if v.early:
                 w = v.early[0]
-                found.append({"path": rel, "early": _rel(w.path, work), "rank": w.rank, "step": v.by.step})
+                found.append({"path": rel, "early": _rel(w.dest, work), "rank": w.rank, "step": v.by.step})
                 problems.add("torn", f"in the {role} run {rel} was {what} at step {v.by.step}) while "
-                             f"{Path(w.path).name} in it was still being written (rank {w.rank})")
+                             f"{Path(w.dest).name} in it was still being written (rank {w.rank})")
             elif v.missing:
                 found.append({"path": rel, "missing": v.missing[:5], "step": v.by.step})
                 listed = ", which its metadata lists," if u.kind == "dcp" else ""
@@ -289,9 +290,9 @@ def _in_place(role: str, ev: RunEvidence, read: set[str], problems: Problems) ->
                              f"{v.missing[0]}{listed} held nothing complete")
         if u.late:
             o = u.late[0]
-            found.append({"path": rel, "late": _rel(o.path, work), "rank": o.rank, "step": o.step,
+            found.append({"path": rel, "late": _rel(o.dest, work), "rank": o.rank, "step": o.step,
                           "finished": o.t_end is not None})
-            problems.add("in_place", f"{_call(o)} wrote into {_rel(o.path, work)} after {rel} was "
+            problems.add("in_place", f"{_call(o)} wrote into {_rel(o.dest, work)} after {rel} was "
                          f"{'committed' if u.kind == 'dcp' else 'published'} (rank {o.rank} at step {o.step}, "
                          f"{role} run): a reader of the checkpoint could meet it half-written")
     return found
@@ -325,7 +326,8 @@ def _restart(role: str, ev: RunEvidence, read: set[str], problems: Problems) -> 
     if ev.status != "ok":
         fail = ev.run.get("failure") or {}
         err = (fail.get("error") or "").strip().splitlines()
-        obs = ev.ranks.get(fail.get("rank"))
+        rank = fail.get("rank")
+        obs = ev.ranks.get(rank) if isinstance(rank, int) else None
         where = f" at {obs.last_location}" if obs is not None and obs.last_location else ""
         why = f": rank {fail.get('rank')} raised {err[-1][:200]}{where}" if err else ""
         problems.add("restart", f"the job {how} did not complete after its restart (status {ev.status}){why}")
@@ -363,7 +365,7 @@ def _restart(role: str, ev: RunEvidence, read: set[str], problems: Problems) -> 
 
 def judge(spec: Spec, ctx: Context) -> CheckResult:
     name = "checkpoints_sound"
-    roles = [Role.MAIN, Role.RESUME] + ([Role.RESUME_SAVE] if spec.save_kill_step else [])
+    roles: list[str] = [Role.MAIN, Role.RESUME, *([Role.RESUME_SAVE] if spec.save_kill_step else [])]
     runs: dict[str, RunEvidence] = {}
     for role in roles:
         ev = need(ctx, name, role, ok_only=False)
@@ -377,7 +379,8 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     problems = Problems()
     evidence: dict[str, Any] = {"read_by_restarts": sorted(read), "require": list(spec.require), "runs": {}}
     for role, ev in runs.items():
-        e = evidence["runs"][role] = {}
+        e: dict[str, Any] = {}
+        evidence["runs"][role] = e
         if role in RESTARTS:
             e["restart"] = _restart(role, ev, read, problems)
         e["shared_files"] = _writers(role, ev, read, problems)

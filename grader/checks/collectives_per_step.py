@@ -24,7 +24,7 @@ count, whatever the trace says.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -76,7 +76,9 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     ev = need(ctx, name, "main")
     if isinstance(ev, CheckResult):
         return ev
-    per_rank, most, ops = {}, {}, Counter()
+    per_rank: dict[int, int] = {}
+    most: dict[int, int] = {}
+    ops: Counter[str] = Counter()
     for r, obs in sorted(ev.ranks.items()):
         recs = ev.collective_records(r)
         last = max((int(x.get("a", 0)) for x in recs), default=0)
@@ -88,7 +90,7 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
         per_rank[r] = per_step[len(per_step) // 2]
         most[r] = per_step[-1]
     worst = max(per_rank.values(), default=0)
-    evidence = {"per_step": per_rank, "most_in_a_step": most, "max_per_step": spec.max_per_step,
+    evidence: dict[str, Any] = {"per_step": per_rank, "most_in_a_step": most, "max_per_step": spec.max_per_step,
                 "ops": dict(ops.most_common(5))}
     common = ", ".join(f"{op} x{n}" for op, n in ops.most_common(3)) or "none"
     msg = (f"{worst:g} collectives per optimizer step (median over the steps after the first; most common: "

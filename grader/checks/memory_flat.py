@@ -30,7 +30,7 @@ a record of a later step reached the parent long before them (``grader.checks._h
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -174,7 +174,8 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     ev = need(ctx, "memory_flat", "main", ok_only=False)
     if isinstance(ev, CheckResult):
         return ev
-    per_rank, worst = {}, None
+    per_rank: dict[int, dict[str, Any]] = {}
+    worst: int | None = None
     for r in sorted(ev.ranks):
         series = rank_series(ev, r)
         held = held_back(ev, r) if not ev.ranks[r].cuda_alloc_mb else None
@@ -196,8 +197,9 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
             per_rank[r]["process_sets"] = sets
         if worst is None or s > per_rank[worst]["slope_mb_per_step"]:
             worst = r
+    assert worst is not None  # need() refused a run without ranks (harness_failed), and each rank sets it
     w = per_rank[worst]
-    evidence = {"threshold_mb_per_step": spec.max_slope_mb_per_step, "ranks": per_rank}
+    evidence: dict[str, Any] = {"threshold_mb_per_step": spec.max_slope_mb_per_step, "ranks": per_rank}
     within = (f", within each of the {w['process_sets']} sets of processes it ran (DataLoader workers started or "
               "ended between them)" if w.get("process_sets") else "")
     detail = (f"rank {worst}'s {w['measure']} changed {w['slope_mb_per_step']:+.3f} MB per step over "

@@ -138,6 +138,7 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
                                 "slow_steps": [s for s, _ in slow][:50]}
         if worst is None or ratio > worst[0]:
             worst = (ratio, r)
+    assert worst is not None  # need() refused a run without ranks, and each rank sets it or returns
     ratio, r = worst
     info = evidence["ranks"][r]
     evidence["p99_over_median"] = info["p99_over_median"]

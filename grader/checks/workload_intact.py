@@ -154,8 +154,8 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
         if distinct != wl.dataset_size:
             problems.append(f"{distinct} distinct samples of {wl.dataset!r} were consumed; the dataset has "
                             f"{wl.dataset_size}")
-        for ds, want in wl.evaluations.items():
-            problem = _evaluations(ev, ds, want, evidence)
+        for ds, evaluation in wl.evaluations.items():
+            problem = _evaluations(ev, ds, evaluation, evidence)
             if problem:
                 problems.append(problem)
         bad_p = {r: p for r, p in params.items() if p != wl.params and r not in killed}
@@ -185,7 +185,7 @@ def _hidden_work(ctx: Context, main, evidence: dict[str, Any]) -> list[str]:
         where = f"the {role} run"
         # the workload's count is for its world size; at another, the same global batch may take
         # more micro-batches per rank (world size 1 accumulating what two ranks computed)
-        per_step = math.ceil(getattr(wl, "backward_per_step", 1) * ctx.manifest.world_size / max(ev.world_size, 1))
+        per_step = math.ceil(wl.backward_per_step * ctx.manifest.world_size / max(ev.world_size, 1))
         share = math.ceil(wl.global_batch / max(ev.world_size, 1))
         at = "" if ev.world_size == ctx.manifest.world_size else f" at world size {ev.world_size}"
         for r in sorted(ev.ranks):

@@ -7,14 +7,18 @@ whose tensors have the structure of the model the run trained, under whatever ke
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grader.evidence import contents
 from grader.evidence.layouts import LayoutError, load_checkpoint
 from grader.evidence.params import compare
 from grader.files import why_not_readable
+
+if TYPE_CHECKING:
+    from grader.evidence import RunEvidence
 
 CHECKPOINT_CAP = 512 * 2**20  # the exercises' checkpoints are megabytes; a larger file is not loaded
 
@@ -62,7 +66,7 @@ def _written_at(ev, path: Path) -> list[int] | None:
     return [step, step + 1]
 
 
-def final_checkpoint(ev, rel_path: str, require: list[str] = (), single_writer: bool = True,
+def final_checkpoint(ev: RunEvidence, rel_path: str, require: Sequence[str] = (), single_writer: bool = True,
                      rtol: float = 1e-5, atol: float = 1e-6) -> FinalCheckpoint:
     """The checkpoint at ``rel_path`` (relative to the run's working dir) loads, holds what
     ``require`` names (``grader.evidence.contents.KINDS``, recognised by content), and holds the
@@ -104,13 +108,14 @@ def final_checkpoint(ev, rel_path: str, require: list[str] = (), single_writer: 
         return FinalCheckpoint(False, f"the checkpoint at {rel_path} holds no model state with the structure of "
                                f"the model the run trained ({len(final)} tensors; it holds "
                                f"{contents.summary(ckpt)})", evidence, ckpt)
-    best = None
+    best: tuple[str, dict[str, Any]] | None = None
     for where, state in states:  # the model may be saved twice (an EMA copy, a "best" copy): any one
         cmp = compare(state, final, rtol, atol, equal_nan=True)  # a NaN state saved as it is, is the state
         if best is None or cmp.get("max_abs_diff", float("inf")) < best[1].get("max_abs_diff", float("inf")):
             best = (where, cmp)
         if cmp["close"]:
             break
+    assert best is not None  # states is not empty: the loop ran
     where, cmp = best
     evidence.update(cmp, model_at=where or "(top level)")
     if not cmp["close"]:

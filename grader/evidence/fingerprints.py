@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 # Two fingerprints of the same parameters differ only by float64 rounding of a sum taken in
 # another order; one optimizer update moves them by many orders of magnitude more.
 FP_RTOL = 1e-9
@@ -24,8 +26,8 @@ def resume_point(ev, rank: int) -> int | None:
     """The attempt-0 step whose parameters attempt 1 started from, found by fingerprint (the
     bootstrap records one before the first step of each attempt and after every step): 0 when it
     started from scratch, None when it started from a state the job never reached."""
-    fps = {0: {}, 1: {}}
-    start = {}
+    fps: dict[int, dict[Any, int]] = {0: {}, 1: {}}  # attempt -> fingerprint -> the step it was taken after
+    start: dict[int, Any] = {}  # attempt -> its fingerprint before its first step
     for r in ev.events(rank):
         a = r.get("attempt")
         if a not in (0, 1):

@@ -107,7 +107,7 @@ def rank_series(ev: RunEvidence, rank: int) -> Series:
     steps = [e for e in ev.events(rank) if e.get("kind") == "step"]
     last = max((int(e.get("attempt", 0)) for e in steps), default=0)
     rts = [float(e["rt"]) for e in steps if int(e.get("attempt", 0)) == last and "rt" in e]
-    samples = sorted((float(s["t"]), float(s.get("tree_mb", s.get("tree_rss_mb"))), int(s.get("gen", 0)))
+    samples = sorted((float(s["t"]), float(s["tree_mb"] if "tree_mb" in s else s["tree_rss_mb"]), int(s.get("gen", 0)))
                      for s in ev.proc_samples(rank)
                      if s.get("a") == last and "t" in s and ("tree_mb" in s or "tree_rss_mb" in s)
                      # a rank that had exited and was not yet reaped read 0 MB (samples before the

@@ -25,13 +25,19 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from harness import ckpt_reader
 
 TIMEOUT_S = 60.0  # one request (under the check's own 120 s); the exercises' checkpoints load in well under 1 s
 HEADER_CAP = 64 * 2**20  # bytes of one answer's JSON line
 SANDBOX_ENV = "TRAINWRECK_READER_SANDBOX"  # "0": never sandbox the reader (the kit's unit tests)
+
+
+def _pipe(f: IO[bytes] | None) -> IO[bytes]:
+    """One of the reader process's pipes: it is started with stdin and stdout piped, so both exist."""
+    assert f is not None
+    return f
 
 
 class ReaderError(Exception):
@@ -90,7 +96,8 @@ class Reader:
             pass
         for f in (p.stdin, p.stdout):
             try:
-                f.close()
+                if f is not None:
+                    f.close()
             except OSError:
                 pass
 
@@ -99,8 +106,9 @@ class Reader:
             p = self._start()
             deadline = time.monotonic() + TIMEOUT_S
             try:
-                p.stdin.write(json.dumps({"path": str(path), "kind": kind}).encode() + b"\n")
-                p.stdin.flush()
+                stdin = _pipe(p.stdin)
+                stdin.write(json.dumps({"path": str(path), "kind": kind}).encode() + b"\n")
+                stdin.flush()
                 header = json.loads(self._line(p, deadline))
                 if not isinstance(header, dict):
                     raise ValueError("not an object")
@@ -124,13 +132,13 @@ class Reader:
     @staticmethod
     def _wait(p: subprocess.Popen, deadline: float) -> None:
         left = deadline - time.monotonic()
-        if left <= 0 or not select.select([p.stdout], [], [], left)[0]:
+        if left <= 0 or not select.select([_pipe(p.stdout)], [], [], left)[0]:
             raise TimeoutError
 
     def _line(self, p: subprocess.Popen, deadline: float) -> bytes:
         """The header line; what came after its newline is the blob's start (``self._rest``)."""
         buf = bytearray()
-        fd = p.stdout.fileno()
+        fd = _pipe(p.stdout).fileno()
         while b"\n" not in buf:
             if len(buf) > HEADER_CAP:
                 raise ValueError(f"a header over {HEADER_CAP >> 20} MiB")
@@ -146,7 +154,7 @@ class Reader:
     def _exactly(self, p: subprocess.Popen, n: int, deadline: float) -> bytes:
         buf = bytearray(getattr(self, "_rest", b""))
         self._rest = b""
-        fd = p.stdout.fileno()
+        fd = _pipe(p.stdout).fileno()
         while len(buf) < n:
             self._wait(p, deadline)
             chunk = os.read(fd, min(1 << 20, n - len(buf)))

@@ -10,6 +10,7 @@ the run had the record channel, the parent's receipt of its begin and end record
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +46,13 @@ class FileOp:
     @property
     def completed(self) -> bool:
         return self.t_end is not None and self.error is None
+
+    @property
+    def dest(self) -> str:
+        """The path of a write the history replayed (only ops with a path are replayed)."""
+        if self.path is None:
+            raise ValueError(f"a {self.op} without a path has no place in a file's history")
+        return self.path
 
     @property
     def key(self) -> tuple[int, int, int]:
@@ -137,14 +145,14 @@ def file_history(ops: list[FileOp]) -> dict[str, FileState]:
     the destination folder held: a folder is renamed only onto an absent or empty one). A write
     still running when a rename moves its file finishes into the new path, and the new path records
     that it was published early."""
-    events: list[tuple[float, int, bool, FileOp]] = []
+    events: list[tuple[float, int, bool, FileOp, str]] = []  # (t, seq, is_end, op, its destination)
     for op in ops:
         if op.path is None or op.op not in WRITES:
             continue
         if op.op in _CONTENT:
-            events.append((op.t_begin, op.seq, False, op))
+            events.append((op.t_begin, op.seq, False, op, op.path))
         if op.t_end is not None:
-            events.append((op.t_end, op.seq, True, op))
+            events.append((op.t_end, op.seq, True, op, op.path))
     states: dict[str, FileState] = {}
     now: dict[str, FileOp | None] = {}  # path -> the write whose bytes it holds now (None: nothing)
     running: dict[str, FileOp] = {}  # path -> a write into it still running
@@ -180,8 +188,8 @@ def file_history(ops: list[FileOp]) -> dict[str, FileState]:
             moved[w.key] = dst
             state(dst).early.append((op, w))
 
-    for t, _, is_end, op in sorted(events, key=lambda e: (e[0], e[1], e[2])):
-        path = moved.get(op.key, op.path)
+    for t, _, is_end, op, dest in sorted(events, key=lambda e: (e[0], e[1], e[2])):
+        path = moved.get(op.key, dest)
         if not is_end:
             put(path, t, None)
             state(path).writers.add(op.rank)
@@ -202,15 +210,16 @@ def file_history(ops: list[FileOp]) -> dict[str, FileState]:
             else:
                 put(path, t, op)
         elif op.op == "rename" and op.src and op.completed:
-            inside = sorted({p for p in (*now, *running) if _under(p, op.src)})
+            src = op.src
+            inside = sorted({p for p in (*now, *running) if _under(p, src)})
             if op.is_dir or inside:
-                for p in [p for p in now if _under(p, op.path)]:  # the folder it replaces was empty
-                    if p not in [op.path + q[len(op.src):] for q in inside]:
+                for p in [p for p in now if _under(p, dest)]:  # the folder it replaces was empty
+                    if p not in [dest + q[len(src):] for q in inside]:
                         put(p, t, None)
                 for p in inside:
-                    move(p, op.path + p[len(op.src):], t, op)
+                    move(p, dest + p[len(src):], t, op)
             else:
-                move(op.src, op.path, t, op)
+                move(src, dest, t, op)
         elif op.op == "rename" and not op.completed:
             continue
     return states
@@ -304,7 +313,7 @@ class Unit:
 
 
 def checkpoint_units(ops: list[FileOp], history: dict[str, FileState],
-                     commits: list[FileOp] = ()) -> dict[str, Unit]:
+                     commits: Sequence[FileOp] = ()) -> dict[str, Unit]:
     """Every path the trace saw written, grouped into checkpoints: DCP folders (a commit, or a
     ``.metadata`` written there), folders published by a directory rename, and single files."""
     units: dict[str, Unit] = {}
@@ -318,18 +327,26 @@ def checkpoint_units(ops: list[FileOp], history: dict[str, FileState],
                     and not p.endswith(".tmp")]
 
         found: list[tuple[FileOp, list[str], float, FileOp | None]] = []
-        for c in (c for c in commits if c.path == d and c.completed):
-            found.append((c, [*(c.files or []), METADATA], c.t_end, c))
-        for r in (r for r in ops if r.op == "rename" and r.completed and r.path == d and r.src):
+        # a completed op has its t_end (FileOp.completed): the comprehensions say so to the checker
+        for c in commits:
+            if c.path == d and c.completed and c.t_end is not None:
+                found.append((c, [*(c.files or []), METADATA], c.t_end, c))
+        for r in ops:
+            if not (r.op == "rename" and r.completed and r.path == d and r.src) or r.t_end is None:
+                continue
+            r_end = r.t_end
             # committed elsewhere (a staging folder), then renamed into place: what that commit listed
-            c = max((c for c in commits if c.path == r.src and c.completed and c.t_end <= r.t_end),
-                    key=lambda c: c.t_end, default=None)
-            found.append((r, [*(c.files or []), METADATA] if c is not None else there(r.t_end), r.t_end, c))
+            staged = [(c.t_end, c) for c in commits
+                      if c.path == r.src and c.completed and c.t_end is not None and c.t_end <= r_end]
+            last = max(staged, key=lambda e: e[0], default=None)
+            commit = last[1] if last is not None else None
+            found.append((r, [*(commit.files or []), METADATA] if commit is not None else there(r_end), r_end,
+                          commit))
         if not found:  # nothing traced but its .metadata: each version lists what was there then
             found = [(made, there(t), t, None) for t, made in history.get(f"{d}/{METADATA}", FileState("")).versions]
-        for by, rels, t, c in sorted(found, key=lambda f: f[2]):
+        for by, rels, t, listed in sorted(found, key=lambda f: f[2]):
             v = _version(d, by, rels, history, t)
-            v.dcp, v.keys = True, (c.keys if c is not None else None)
+            v.dcp, v.keys = True, (listed.keys if listed is not None else None)
             u.versions.append(v)
         first = min((v.t for v in u.versions if v.complete), default=None)
         if first is not None:
@@ -345,16 +362,17 @@ def checkpoint_units(ops: list[FileOp], history: dict[str, FileState],
     for d, u in units.items():
         if u.kind != "dir":
             continue
-        pubs = [r for r in ops if r.op == "rename" and r.completed and r.path == d]
-        for r in pubs:
-            rels = [p[len(d) + 1:] for p in u.files_seen if history[p].held_at(r.t_end) is not None
+        pubs = [(r.t_end, r) for r in ops if r.op == "rename" and r.completed and r.path == d
+                and r.t_end is not None]
+        for r_end, r in pubs:
+            rels = [p[len(d) + 1:] for p in u.files_seen if history[p].held_at(r_end) is not None
                     or any(e[0] is r for e in history[p].early)]
-            v = _version(d, r, rels, history, r.t_end)
+            v = _version(d, r, rels, history, r_end)
             v.early = [w for p in u.files_seen for ren, w in history[p].early if ren is r]
             u.versions.append(v)
         for o in ops:
             if o.op in _CONTENT and o.path and _under(o.path, d):
-                before = [r for r in pubs if r.t_end < o.t_begin]
+                before = [r for r_end, r in pubs if r_end < o.t_begin]
                 if before:
                     u.late.append(o)
     for p, st in history.items():

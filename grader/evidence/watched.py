@@ -142,7 +142,7 @@ def held_at(ev, path: str, t: float) -> FileOp | None:
     w: Watched | None = ev.watched
     obs = w.by_path.get(path, []) if w is not None else []
     i = bisect.bisect_right([o.t for o in obs], t)
-    if i == 0:
+    if w is None or i == 0:  # (no watch: no observations, i is 0)
         return traced
     nxt = obs[i] if i < len(obs) else None
     if nxt is not None and nxt.kind in ("version", "changing", "not_kept") and nxt.in_place \

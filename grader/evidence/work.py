@@ -129,8 +129,9 @@ def unread_rows(ev, rank: int) -> dict[str, Any] | None:
     record's ``tail_forward_rows``) are compared with every read of the attempt."""
     ledger = ev.ledgers.get(rank, [])
     for a, steps in sorted(_steps_by_attempt(ev, rank).items()):
-        rows = [r.get("forward_rows") for r in steps]
-        if not rows or not all(isinstance(x, int) for x in rows):
+        recorded = [r.get("forward_rows") for r in steps]
+        rows = [x for x in recorded if isinstance(x, int)]
+        if not recorded or len(rows) != len(recorded):
             continue
         reads = Counter(int(x.get("s", 0)) for x in ledger if int(x.get("a", 0)) == a)
         slack = max(rows)
@@ -260,7 +261,7 @@ def evaluation_reads(ev, ds: str, count: int, window: float) -> dict[str, Any]:
     for rs in reads.values():
         rs.sort()
         groups = 0
-        first, ranks = 0.0, set()
+        first, ranks = 0.0, set[int]()
         for d, _, r in rs:
             if not groups or r in ranks or d - first > window:
                 groups += 1
