@@ -72,6 +72,7 @@ class Submitted:
     submitted_at: str  # ISO 8601 with its offset, as the candidate's machine gave it
     files: dict[str, bytes]  # file name (relative to the exercise folder) -> content
     sha256: dict[str, str]
+    raw: bytes  # the archive's bytes, as read once and checked
 
     @property
     def at(self) -> datetime:
@@ -101,13 +102,19 @@ def _member_name(path: Path, m: tarfile.TarInfo) -> str:
     return name
 
 
-def _members(path: Path) -> dict[str, bytes]:
-    size = path.stat().st_size
-    if size > MAX_ARCHIVE_BYTES:
-        raise _fail(path, f"{size} bytes, more than the {MAX_ARCHIVE_BYTES >> 20} MiB a submission may be")
+def _raw(path: Path) -> bytes:
+    """The archive's bytes, read once: what is checked is what is kept."""
+    with open(path, "rb") as f:
+        raw = f.read(MAX_ARCHIVE_BYTES + 1)
+    if len(raw) > MAX_ARCHIVE_BYTES:
+        raise _fail(path, f"more than the {MAX_ARCHIVE_BYTES >> 20} MiB a submission may be")
+    return raw
+
+
+def _members(path: Path, raw: bytes) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
     try:
-        with open(path, "rb") as raw, gzip.GzipFile(fileobj=raw) as gz:
+        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as gz:
             stream = io.BufferedReader(_Capped(gz, MAX_STREAM_BYTES))
             with tarfile.open(fileobj=stream, mode="r|") as tar:  # a stream: read in order, never seeked
                 for m in tar:
@@ -158,7 +165,8 @@ def read(path: Path) -> Submitted:
     path = Path(path)
     if not path.is_file():
         raise SessionError(f"{path} is not a file; give the .tar.gz the candidate's submit.py wrote")
-    members = _members(path)
+    raw = _raw(path)
+    members = _members(path, raw)
     man = _manifest(path, members.pop(MANIFEST, None))
     files = {name.removeprefix(f"{FILES}/"): data for name, data in members.items()}
     listed, held = set(man["files"]), set(files)
@@ -169,4 +177,4 @@ def read(path: Path) -> Submitted:
     for name, data in files.items():
         if hashlib.sha256(data).hexdigest() != man["files"][name]:
             raise _fail(path, f"{name}'s sha256 is not the one {MANIFEST} gives (changed after submit)")
-    return Submitted(path.resolve(), man["session"], man["exercise"], man["submitted_at"], files, man["files"])
+    return Submitted(path.resolve(), man["session"], man["exercise"], man["submitted_at"], files, man["files"], raw)

@@ -113,32 +113,35 @@ def install(intake: Intake) -> Path:
         raise SessionError(f"{ws}, the workspace of {intake.exercise.slug}, is gone; the attempt is graded there: "
                            "restore the folder")
     for name, data in intake.submission.files.items():
-        dest = ws / name
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        # mkstemp's 0600 would keep the file from the sandbox's unprivileged user: 0644, the mode
-        # the kit's files have in a workspace `session new` made
-        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".import", dir=dest.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, dest)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_whole(ws / name, data)
     return ws
 
 
+def write_whole(dest: Path, data: bytes) -> None:
+    """``data`` at ``dest`` whole or not at all: a temporary file beside it, then a rename."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".import", dir=dest.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        # mkstemp's 0600 would keep the file from the sandbox's unprivileged user: 0644, the mode
+        # the kit's files have in a workspace `session new` made
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def keep_archive(store: Store, intake: Intake) -> Path:
-    """A copy of the archive as received, beside the session's gradings: the candidate's own bytes."""
+    """A copy of the archive as received (the bytes that were checked), beside the session's
+    gradings: the candidate's own bytes."""
     sub = intake.submission
-    data = sub.path.read_bytes()
     # named by what it is, not by the name it travelled under (every mail attachment can be "submission.tar.gz")
     stamp = sub.at.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
     dest = store.path.parent / "submissions" / intake.session.id / \
-        f"{sub.exercise}-{stamp}-{hashlib.sha256(data).hexdigest()[:12]}.tar.gz"
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_bytes(data)
+        f"{sub.exercise}-{stamp}-{hashlib.sha256(sub.raw).hexdigest()[:12]}.tar.gz"
+    write_whole(dest, sub.raw)
     return dest
 
 

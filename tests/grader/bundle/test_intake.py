@@ -125,7 +125,7 @@ def test_size_caps_on_the_file_and_the_decompressed_stream(tmp_path, monkeypatch
     store, s, _ = session(tmp_path)
     path = build_spoiled(_good(s), tmp_path / "sub.tar.gz")
     monkeypatch.setattr(archive, "MAX_ARCHIVE_BYTES", path.stat().st_size - 1)
-    with pytest.raises(SessionError, match="more than the 0 MiB a submission may be"):
+    with pytest.raises(SessionError, match="more than the 0 MiB a submission may be"):  # the cap, in MiB
         intake.check(store, s.id, path)
     monkeypatch.undo()
     # a gzip bomb: members within their own limit, 40 MiB of zeros in all, a few kB on disk
