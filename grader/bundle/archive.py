@@ -79,6 +79,12 @@ class Submitted:
         return datetime.fromisoformat(self.submitted_at)
 
 
+def shown(name: str) -> str:
+    """A name from the archive as an error line may show it: one with a newline or a terminal
+    escape in it is quoted with those escaped (the line stays one line, the terminal untouched)."""
+    return name if name.isprintable() else repr(name)
+
+
 def _fail(path: Path, why: str) -> SessionError:
     return SessionError(f"{path}: {why}; ask the candidate to run `python submit.py` again and send that file")
 
@@ -171,10 +177,10 @@ def read(path: Path) -> Submitted:
     files = {name.removeprefix(f"{FILES}/"): data for name, data in members.items()}
     listed, held = set(man["files"]), set(files)
     if listed != held:
-        what = [f"{n} listed but not in it" for n in sorted(listed - held)]
-        what += [f"{n} in it but not listed" for n in sorted(held - listed)]
+        what = [f"{shown(n)} listed but not in it" for n in sorted(listed - held)]
+        what += [f"{shown(n)} in it but not listed" for n in sorted(held - listed)]
         raise _fail(path, f"{MANIFEST} and the files disagree: {', '.join(what)}")
     for name, data in files.items():
         if hashlib.sha256(data).hexdigest() != man["files"][name]:
-            raise _fail(path, f"{name}'s sha256 is not the one {MANIFEST} gives (changed after submit)")
+            raise _fail(path, f"{shown(name)}'s sha256 is not the one {MANIFEST} gives (changed after submit)")
     return Submitted(path.resolve(), man["session"], man["exercise"], man["submitted_at"], files, man["files"], raw)

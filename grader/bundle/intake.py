@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from grader.bundle.archive import DIAGNOSIS, Submitted, read
+from grader.bundle.archive import DIAGNOSIS, Submitted, read, shown
 from grader.sessions.errors import SessionError
 from grader.sessions.models import Session, SessionExercise, parse_time
 from grader.sessions.store import Store
@@ -72,7 +72,7 @@ def check(store: Store, ref: str, path: Path, now: datetime | None = None) -> In
                            f"scores with `trainwreck session score {s.id}`")
     extra = sorted(set(sub.files) - set(names) - {DIAGNOSIS})
     if extra:
-        raise SessionError(f"{path} holds {', '.join(extra)}, not an editable file of {sx.slug} (those are "
+        raise SessionError(f"{path} holds {', '.join(map(shown, extra))}, not an editable file of {sx.slug} (those are "
                            f"{', '.join(names)}); only the files the brief lets the candidate change are taken")
     missing = [n for n in names if n not in sub.files]
     if missing:

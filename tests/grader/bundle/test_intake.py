@@ -36,6 +36,9 @@ SPOILED = {
         "train.py": "0" * 64, "DIAGNOSIS.md": a.made_manifest()["files"]["DIAGNOSIS.md"]}}),
         "train.py's sha256 is not the one"),
     "not an editable file": (lambda a: a.files.update({"data.py": b"x = 1\n"}), "holds data.py, not an editable"),
+    "a name with escapes": (lambda a: a.files.update({"evil\x1b[2J\n.py": b"1"}), "holds 'evil\\x1b[2J\\n.py', not"),
+    "an unlisted name with escapes": (lambda a: a.extra.append(Member("files/\x1b]0;pwned\x07.py", b"1")),
+                                      "'\\x1b]0;pwned\\x07.py' in it but not listed"),
     "editable file missing": (lambda a: a.files.pop("train.py"), "lacks train.py"),
     "traversal": (lambda a: a.extra.append(Member("files/../../../etc/cron.d/x", b"* * * * * root sh\n")),
                   "points outside the archive"),
@@ -92,7 +95,7 @@ def test_a_spoiled_archive_is_refused_with_nothing_recorded(tmp_path, invoke, ca
     path = build_spoiled(a, tmp_path / "sub.tar.gz")
     with pytest.raises(SessionError) as e:
         intake.check(store, s.id, path)
-    assert says in str(e.value) and "\n" not in str(e.value)
+    assert says in str(e.value) and "\n" not in str(e.value) and "\x1b" not in str(e.value)
     p = invoke("session", "import", s.id, str(path), "--db", str(store.path))
     lines = p.err.strip().splitlines()
     assert p.code == 2 and len(lines) == 1 and lines[0].startswith("error:") and says in lines[0], p.err
