@@ -101,6 +101,7 @@ def activation_bytes(layers: int, hidden: int, heads: int, seq_len: int, micro_b
         raise CalcError(f"recompute {recompute!r} is unknown; use none, selective or full")
     sbh = seq_len * micro_batch * hidden
     attention = 5 * heads * seq_len / hidden
+    per_layer: float
     if recompute == "full":
         per_layer = 2 * sbh
     elif sequence_parallel:
@@ -233,17 +234,17 @@ def batch(micro_batch: int, dp: int, accum: int | None = None, global_batch: int
     _positive("micro-batch", micro_batch, integer=True)
     _positive("dp", dp, integer=True)
     notes: list[str] = []
-    if accum is None and global_batch is None:
-        accum = 1
     if accum is not None and global_batch is not None:
         raise CalcError("give --accum or --global-batch, not both")
-    if accum is None:
+    if global_batch is not None:
         _positive("global batch", global_batch, integer=True)
         if global_batch % (micro_batch * dp):
             raise CalcError(f"global batch {global_batch} is not a multiple of micro-batch x dp = "
                             f"{micro_batch * dp}; change the micro-batch or the global batch")
         accum = global_batch // (micro_batch * dp)
         notes.append(f"accumulation solved for the global batch: {global_batch} / ({micro_batch} x {dp})")
+    elif accum is None:
+        accum = 1  # neither given: no accumulation
     _positive("accum", accum, integer=True)
     g = micro_batch * accum * dp
     values: dict[str, float] = {"global_batch": float(g), "accum": float(accum)}
@@ -289,6 +290,7 @@ def batch(micro_batch: int, dp: int, accum: int | None = None, global_batch: int
             raise CalcError(f"warm-up start {warmup_from!r} is unknown; use base (Goyal et al.) or zero")
         w = warmup_steps or 0
         ramp = min(1.0, at_step / w) if w else 1.0
+        assert base_lr is not None  # "lr" is in values only where the base lr was given
         start = base_lr if warmup_from == "base" else 0.0
         values["lr_at_step"] = start + (values["lr"] - start) * ramp
         notes.append("gradual warm-up: linear from the base lr (Goyal et al.; --warmup-from zero: from 0, as many "
@@ -385,7 +387,7 @@ def compute(params: float, tokens: float, peak_flops: float, devices: int = 1, m
             raise CalcError("MFU must be above 0 and at most 100%")
         device_s = flops / (peak_flops * mfu)
         values["gpu_hours"] = device_s / 3600
-    else:
+    elif gpu_hours is not None:  # (exactly one of the two is given: checked above)
         _positive("GPU-hours", gpu_hours)
         values["gpu_hours"] = gpu_hours
         values["mfu_fraction"] = flops / (gpu_hours * 3600 * peak_flops)

@@ -92,6 +92,7 @@ def reflow_markdown(md: str, width: int) -> list[str]:
             done.append(line)
             continue
         m = _LEAD.match(line)
+        assert m is not None  # every group of _LEAD is optional: it matches at the start of any line
         quote = m["quote"].replace(" ", "")
         quote = " ".join(quote) + " " if quote else ""
         if m["marker"] or not block or (quote and not rest.startswith(quote)) or (not quote and rest.startswith(">")):

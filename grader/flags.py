@@ -208,7 +208,9 @@ def _claim_flags(run: str, run_dir: Path) -> list[Flag]:
     for k in kills:
         if not isinstance(k, dict) or not k.get("killed"):
             continue
-        own = (claims.get((k.get("rank"), k.get("attempt"))) or [None])[0]
+        rank, attempt = k.get("rank"), k.get("attempt")
+        pids = claims.get((rank, attempt)) if isinstance(rank, int) and isinstance(attempt, int) else None
+        own = pids[0] if pids else None
         if own is not None and k.get("pid") != own:
             out.append(Flag(kind="fault", run=run, what=f"the parent's planned kill of rank {k.get('rank')} (step "
                             f"{k.get('planned_step')}, {k.get('how')}) hit pid {k.get('pid')}, not the rank's own process "

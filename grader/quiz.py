@@ -57,7 +57,11 @@ class Tolerance(_Strict):
         return self
 
     def accepts(self, given: float, expected: float) -> bool:
-        bound = self.absolute if self.absolute is not None else self.relative * abs(expected)
+        if self.absolute is not None:
+            bound = self.absolute
+        else:
+            assert self.relative is not None  # exactly one of the two is given (the validator above)
+            bound = self.relative * abs(expected)
         return abs(given - expected) <= bound * (1 + 1e-9)
 
     def describe(self, unit: str) -> str:

@@ -26,6 +26,7 @@ t.save = f`` is seen as ``torch.save``):
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,14 +112,16 @@ class _Scanner(ast.NodeVisitor):
     # -- calls --------------------------------------------------------------------------------
     def visit_Call(self, node: ast.Call) -> None:
         name = self.qualified(node.func)
-        literal = bool(node.args) and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+        first = node.args[0] if node.args else None
+        text = first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else None
+        literal = text is not None
         if name in ("exec", "eval", "compile") and node.args and not literal:
             self.add(node, f"{name}() of code that is not a literal")
         elif name in ("__import__", "importlib.import_module", "importlib.__import__"):
-            if not literal:
+            if text is None:
                 self.add(node, f"{name}() of a name that is not a literal")
             else:
-                self._kit_import(node, node.args[0].value)
+                self._kit_import(node, text)
         elif name in ("gc.get_objects", "gc.get_referrers", "gc.get_referents"):
             self.add(node, f"calls {name}() (every object of the process, the harness's included)")
         elif name in ("sys.settrace", "sys.setprofile", "threading.settrace", "threading.setprofile",
@@ -139,7 +142,7 @@ class _Scanner(ast.NodeVisitor):
             what = "replaces" if via == "assigns" else "replaces (setattr)"
             self.add(node, f"{what} {name}")
 
-    def _targets(self, node: ast.AST, targets: list[ast.AST], value: ast.AST | None) -> None:
+    def _targets(self, node: ast.AST, targets: Sequence[ast.expr], value: ast.AST | None) -> None:
         for t in targets:
             if isinstance(t, ast.Attribute):
                 name = self.qualified(t)
@@ -151,7 +154,7 @@ class _Scanner(ast.NodeVisitor):
                 if built and built.rsplit(".", 1)[-1] in KIT_DATASETS:
                     self.datasets.add(t.id)
             elif isinstance(t, (ast.Tuple, ast.List)):
-                self._targets(node, list(t.elts), None)
+                self._targets(node, t.elts, None)
 
     def visit_Assign(self, node: ast.Assign) -> None:
         self._targets(node, node.targets, node.value)

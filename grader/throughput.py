@@ -121,8 +121,9 @@ def startup_charge(per_round: list[dict[str, Any]]) -> float | None:
     su: dict[str, list[float]] = {role: [] for role in ROLES}
     for r in per_round:
         got = {role: _before_first_step(r, role) for role in ROLES}
-        if all(v is not None for v in got.values()):
-            for role, v in got.items():
+        known = {role: v for role, v in got.items() if v is not None}
+        if len(known) == len(got):
+            for role, v in known.items():
                 su[role].append(v)
     if not su["candidate"]:
         return None

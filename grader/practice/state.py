@@ -237,12 +237,12 @@ def _registry_locked() -> Iterator[Path]:
 
 def register(root: Path, exercise: str) -> None:
     """Add the workspace to the registry (nothing changes when it is there already)."""
-    root = str(Path(root).resolve())
+    where = str(Path(root).resolve())
     with _registry_locked() as path:
         entries = _read_registry(path)
-        if any(e["path"] == root for e in entries):
+        if any(e["path"] == where for e in entries):
             return
-        _write_registry(path, [*entries, {"path": root, "exercise": exercise, "added_at": now()}])
+        _write_registry(path, [*entries, {"path": where, "exercise": exercise, "added_at": now()}])
 
 
 def registered() -> tuple[list[dict[str, str]], list[str]]:
