@@ -183,7 +183,8 @@ def build(slugs: list[str], out: Path, session_id: str | None = None) -> BundleR
                 if rel.suffix == ".md":  # its commands as the bundle has them (grader.bundle.commands)
                     (dest / rel).write_text(for_bundle((ex.dir / rel).read_text(encoding="utf-8"), ex.slug),
                                             encoding="utf-8")
-            (dest / DIAGNOSIS).write_text(diagnosis_template(ex.manifest.title, ex.slug), encoding="utf-8")
+            if not (dest / DIAGNOSIS).exists():  # a design scenario hands its own answer template
+                (dest / DIAGNOSIS).write_text(diagnosis_template(ex.manifest.title, ex.slug), encoding="utf-8")
             if is_graded(ex.manifest):
                 specs[ex.slug] = selfcheck_spec(ex)
         (folder / "selfcheck.json").write_text(json.dumps({"format": 1, "exercises": specs}, indent=2) + "\n",

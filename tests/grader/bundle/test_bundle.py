@@ -74,6 +74,13 @@ def test_bundle_archive(tmp_path):
     assert not list(tmp_path.glob("bundle-*"))  # the staging folder is gone
 
 
+def test_a_design_scenario_keeps_its_own_answer_template(tmp_path):
+    build(["cost-efficiency", "memory-leak"], tmp_path / "b")
+    design = (tmp_path / "b" / "exercises" / "cost-efficiency" / "DIAGNOSIS.md").read_text()
+    assert design.startswith("# Design:") and "## Root cause" not in design
+    assert "## Root cause" in (tmp_path / "b" / "exercises" / "memory-leak" / "DIAGNOSIS.md").read_text()
+
+
 def test_bundle_refuses_an_occupied_folder(tmp_path):
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "x").write_text("mine")
