@@ -33,6 +33,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable
+from types import FrameType
 
 MAX_EVENTS = 40  # per process: the first ones, each (kind, what) once
 WATCHED = frozenset({"open", "import", "ctypes.dlopen", "ctypes.dlsym", "subprocess.Popen", "os.exec", "os.system",
@@ -146,7 +147,7 @@ class Auditor:
         """file:line of the innermost frame in the submission's files or the working directory, or
         None: the kit's own frames come first (its own work, even when the script's call led to it),
         or, with ``direct``, a library's (torch starting its compiler is torch's doing)."""
-        f = sys._getframe(2)
+        f: FrameType | None = sys._getframe(2)
         while f is not None:
             fn = f.f_code.co_filename
             if fn.startswith(self.mine) or fn.startswith(self.work):

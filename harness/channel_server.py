@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 from harness import rundir
 from harness.channel import HELLO_MAX, SOCKET_NAME, VERSION
@@ -106,8 +106,26 @@ class _Conn:
     got: int = 0
     buf: bytearray = field(default_factory=bytearray)
     skipping: bool = False  # inside an oversized line: discard up to its newline
-    fh: object = None  # open file for bytes / file modes
+    fh: BinaryIO | None = None  # open file for bytes / file modes
     part: Path | None = None
+
+    @property
+    def who(self) -> Peer:
+        """The peer its hello named: every mode after "hello" has one."""
+        assert self.peer is not None
+        return self.peer
+
+    @property
+    def sink(self) -> BinaryIO:
+        """The open file of a bytes or file connection."""
+        assert self.fh is not None
+        return self.fh
+
+    @property
+    def staged(self) -> Path:
+        """Where a file connection writes until the file is whole."""
+        assert self.part is not None
+        return self.part
 
 
 DIR_PREFIX = "tw-chan-"
@@ -173,7 +191,7 @@ class ChannelServer:
         # the run's settings, handed to a rank that asks (harness.bootstrap): never in the sandbox's
         # environment, where any process of the run could read them (/proc/<pid>/environ)
         self.settings: dict[str, str] = {}
-        self._files: dict[tuple[int, str], object] = {}
+        self._files: dict[tuple[int, str], BinaryIO] = {}
         self.ranks: dict[int, RankStats] = {}
         self.refused_peers = 0
         self.refused_examples: list[dict] = []
@@ -354,7 +372,7 @@ class ChannelServer:
         return True
 
     def _records(self, c: _Conn, data: bytes) -> None:
-        stats = self.ranks[c.peer.rank]
+        stats = self.ranks[c.who.rank]
         out: dict[str, list[str]] = {}
         start = 0
         while True:
@@ -381,7 +399,7 @@ class ChannelServer:
                 continue
             self._record(c, stats, piece, out)
         for stream, lines in out.items():
-            self._file_handle(c.peer.rank, stream).write("".join(lines).encode())
+            self._file_handle(c.who.rank, stream).write("".join(lines).encode())
 
     def _record(self, c: _Conn, stats: RankStats, line: bytes, out: dict[str, list[str]]) -> None:
         if stats.record_bytes + len(line) > self.limits.records_bytes:
@@ -399,10 +417,10 @@ class ChannelServer:
         # claim of another one (an int, a float, a string) is kept beside it and counted.
         key = "a" if "a" in rec and "attempt" not in rec else "attempt"
         claimed = rec.get(key)
-        if claimed is not None and (type(claimed) is not int or claimed != c.peer.attempt):
+        if claimed is not None and (type(claimed) is not int or claimed != c.who.attempt):
             stats.attempt_mismatch += 1
             rec["claimed_attempt"] = claimed
-        rec[key] = c.peer.attempt
+        rec[key] = c.who.attempt
         now = time.time()
         rec["rt"] = round(now, 6)
         t = rec.get("t")
@@ -416,8 +434,8 @@ class ChannelServer:
         if rec.get("kind") in ("boot", "start") and stream == rundir.EVENTS:
             # the rank's process as the parent identified it, whoever sent the record: a child of the
             # script that sends a start record must not become the process the parent watches and kills
-            rec["ns_pid"], rec["pid"] = rec.get("pid"), c.peer.pid
-            if c.pid != c.peer.pid:
+            rec["ns_pid"], rec["pid"] = rec.get("pid"), c.who.pid
+            if c.pid != c.who.pid:
                 rec["sender_pid"] = c.pid
                 stats.foreign_starts += 1
         stats.records += 1
@@ -425,15 +443,15 @@ class ChannelServer:
         out.setdefault(stream, []).append(rundir.sign(rec, self.key) + "\n")
 
     def _bytes(self, c: _Conn, data: bytes) -> None:
-        stats = self.ranks[c.peer.rank]
+        stats = self.ranks[c.who.rank]
         have = stats.log_bytes.get(c.name, 0)
         room = self.limits.log_bytes - have
         if room > 0:
-            c.fh.write(data[:room])
+            c.sink.write(data[:room])
             stats.log_bytes[c.name] = have + min(room, len(data))
         if len(data) > max(room, 0):
             if c.name not in stats.log_dropped:
-                c.fh.write(f"\n[trainwreck: {c.name} truncated at {self.limits.log_bytes >> 20} MiB; "
+                c.sink.write(f"\n[trainwreck: {c.name} truncated at {self.limits.log_bytes >> 20} MiB; "
                            "the rest was dropped]\n".encode())
                 stats.log_dropped[c.name] = 0
             stats.log_dropped[c.name] += len(data) - max(room, 0)
@@ -441,28 +459,28 @@ class ChannelServer:
     def _file(self, c: _Conn, data: bytes) -> None:
         c.got += len(data)
         if c.got > c.size:
-            self.ranks[c.peer.rank].refused_files.append(c.name)
-            c.fh.close()
-            c.part.unlink(missing_ok=True)
+            self.ranks[c.who.rank].refused_files.append(c.name)
+            c.sink.close()
+            c.staged.unlink(missing_ok=True)
             c.fh, c.mode = None, "refused"
             self._reply(c, b"refused\n")
             return
-        c.fh.write(data)
+        c.sink.write(data)
 
     # -- ends ------------------------------------------------------------------------------
     def _close(self, c: _Conn, eof: bool) -> None:
         if c.mode == "records" and (c.buf or c.skipping):
-            self.ranks[c.peer.rank].torn += 1
+            self.ranks[c.who.rank].torn += 1
         if c.mode == "file" and c.fh is not None:
             c.fh.close()
-            stats = self.ranks[c.peer.rank]
+            stats = self.ranks[c.who.rank]
             if eof and c.got == c.size:
-                final = rundir.rank_dir(self.run_dir, c.peer.rank) / c.name
-                os.replace(c.part, final)
+                final = rundir.rank_dir(self.run_dir, c.who.rank) / c.name
+                os.replace(c.staged, final)
                 stats.files[c.name] = c.got
                 self._reply(c, b"ok\n")
             else:
-                c.part.unlink(missing_ok=True)
+                c.staged.unlink(missing_ok=True)
                 stats.torn += 1
                 self._reply(c, b"refused\n")
         self._conns.pop(c.sock.fileno(), None)
@@ -478,7 +496,7 @@ class ChannelServer:
         except OSError:
             pass
 
-    def _file_handle(self, rank: int, name: str):
+    def _file_handle(self, rank: int, name: str) -> BinaryIO:
         fh = self._files.get((rank, name))
         if fh is None:
             fh = open(rundir.rank_dir(self.run_dir, rank) / name, "ab", buffering=0)

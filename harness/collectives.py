@@ -119,7 +119,7 @@ def _caller(frame) -> tuple[str | None, str | None, str | None]:
     """(site, api, by): the script's line, the torch.distributed function that issued the operator
     (None when C++ did, as DDP's reducer does during backward), and which part of torch was between
     (``fsdp``, ``dtensor``, ``ddp``, or ``backward`` for C++ hooks in the autograd engine)."""
-    api, site, seen = None, None, set()
+    api, site, seen = None, None, set[str]()
     f = frame
     while f is not None:
         code = f.f_code
@@ -171,7 +171,8 @@ def _dtype_name(dtype) -> str:
 
 
 def _describe(args) -> tuple[list, str | None]:
-    shapes, dtype = [], None
+    shapes: list[list[Any]] = []  # a tensor's shape, or a list's tensors' shapes
+    dtype = None
     for a in args:
         if isinstance(a, torch.Tensor):
             shapes.append(list(a.shape))
@@ -223,7 +224,13 @@ class Tracer:
         self._pid = os.getpid()
         if hasattr(os, "register_at_fork"):  # a forked child (a DataLoader worker) starts empty
             me = weakref.ref(self)
-            os.register_at_fork(after_in_child=lambda: (t := me()) is not None and t._after_fork())
+
+            def after_fork() -> None:
+                t = me()
+                if t is not None:
+                    t._after_fork()
+
+            os.register_at_fork(after_in_child=after_fork)
 
     # -- records ---------------------------------------------------------------------------
     def _put(self, rec: dict[str, Any]) -> None:
@@ -290,7 +297,7 @@ class Tracer:
         on_main = threading.get_ident() == self._main
         site, api, by = _caller(sys._getframe(1).f_back)  # the kernel's caller
         if site is None and not on_main:  # an autograd device thread: the script is on the main thread
-            main = sys._current_frames().get(self._main)
+            main = sys._current_frames().get(self._main) if self._main is not None else None
             site = user_site(main) if main is not None else None
         if kwargs or data_at is None:
             shapes, dtype = _describe((*args, *kwargs.values()) if kwargs else args)
@@ -488,7 +495,7 @@ def install(writer: rundir.RecordWriter, attempt: int, step: Callable[[], int], 
         tracer.finished(self)
         return out
 
-    dist.Work.wait = wait
+    dist.Work.wait = wait  # type: ignore[method-assign]  # patched in place in the rank: how the harness observes it
     _after_wait_tensor(tracer)
     return tracer
 

@@ -90,7 +90,7 @@ def find_failure(run_dir: Path, ranks: list[RankObservation]) -> dict[str, Any]:
         chosen = died[0]
         code = codes.get(chosen.rank)
         reason = ("killed by the harness (fault injection)" if chosen.fault is not None
-                  else f"killed by signal {-code}" if code < 0
+                  else f"killed by signal {-code}" if code is not None and code < 0
                   else f"exited with code {code} without an exit record")
     elif timed_out:
         chosen, reason = timed_out[0], "timed out in a collective"
@@ -99,11 +99,11 @@ def find_failure(run_dir: Path, ranks: list[RankObservation]) -> dict[str, Any]:
     elif lost_peer:
         chosen, reason = lost_peer[0], "lost a peer"
     else:
-        chosen = next((r for r in ranks if r.exit_status is None), None)
-        if chosen is None:
+        unfinished = next((r for r in ranks if r.exit_status is None), None)
+        if unfinished is None:
             return {"rank": None, "error": tail(log.read_text(errors="replace") if log.exists() else ""),
                     "reason": "the launcher failed", "note": None}
-        reason = "no exit record"
+        chosen, reason = unfinished, "no exit record"
 
     if chosen.error:
         error = excerpt(chosen.error)
@@ -133,6 +133,12 @@ def _note(chosen: RankObservation, ranks: list[RankObservation]) -> str | None:
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line \d+, in ')
 
 
+def _frame_file(line: str) -> str:
+    m = _FRAME.match(line)
+    assert m is not None  # called on the lines found as frames by this pattern
+    return m["file"]
+
+
 def excerpt(traceback_text: str, lines: int = 15) -> str:
     """At most about ``lines`` lines of a traceback, keeping the script's own frames (those outside
     torch, the harness and the stdlib) and the exception at the end; library frames between them
@@ -153,8 +159,8 @@ def excerpt(traceback_text: str, lines: int = 15) -> str:
         last_frame_end += 1
     frames[-1] = (frames[-1][0], last_frame_end)
     head, message = text[:frames[0][0]], text[last_frame_end:]
-    mine = [(a, b) for a, b in frames if not is_library_path(_FRAME.match(text[a])["file"])]
-    keep = set()
+    mine = [(a, b) for a, b in frames if not is_library_path(_frame_file(text[a]))]
+    keep: set[int] = set()
     for a, b in mine:
         keep.update(range(a, b))
     budget = max(lines - len(head) - len(message) - len(keep) - 1, 0)

@@ -38,13 +38,13 @@ def full(run_dir: Path | str, key: str | None) -> dict[int, dict[str, Any]]:
     shards cannot all be found raises ``ShardError`` naming it."""
     import torch
 
-    obs = {r: observe_rank(run_dir, r, key) for r in rundir.ranks_in(run_dir)}
+    obs = {r: observe_rank(Path(run_dir), r, key) for r in rundir.ranks_in(run_dir)}
     saved = {r: p for r, o in obs.items() if (p := load_rank(run_dir, o)) is not None}
     sharded = {name for o in obs.values() for name in (o.shards or {})}
     whole: dict[str, Any] = {}
     for name in sorted(sharded):
-        pieces = [(saved[r][name], obs[r].shards[name]) for r in sorted(saved)
-                  if name in saved[r] and obs[r].shards and name in obs[r].shards]
+        pieces = [(saved[r][name], shards[name]) for r in sorted(saved)
+                  if name in saved[r] and (shards := obs[r].shards) and name in shards]
         if not pieces:
             continue
         meta = pieces[0][1]

@@ -22,7 +22,7 @@ parent's time and the step it had seen.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -83,13 +83,13 @@ def kill_tree(pid: int) -> int:
 class FaultInjector:
     """Polled by the launcher after the monitor, with the monitor's ranks."""
 
-    def __init__(self, plans: list[FaultPlan], kill: Callable[[int], int] = kill_tree,
+    def __init__(self, plans: Sequence[FaultPlan], kill: Callable[[int], int] = kill_tree,
                  clock: Callable[[], float] = time.time):
         self.pending = list(plans)
         self.done: list[Kill] = []
         self._kill, self._clock = kill, clock
 
-    def poll(self, ranks: dict[int, RankView]) -> list[Kill]:
+    def poll(self, ranks: Mapping[int, RankView]) -> list[Kill]:
         fired = []
         for plan in list(self.pending):
             p = ranks.get(plan.rank)

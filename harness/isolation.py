@@ -61,7 +61,6 @@ class IsolatedRun:
         self._last_sample = 0.0
         self._last_disk = 0.0
         self._disk_every = cfg.disk_every_s
-        self._out_r: int | None = None
         self._out_w: int | None = None
         self._drain: threading.Thread | None = None
         self.peak: dict[int, dict] = {}
@@ -90,8 +89,9 @@ class IsolatedRun:
         """The write end of a pipe for the launcher's stdout and stderr; the parent drains it into
         ``launcher.log`` up to the log cap. A pipe, not a file: a rank reopening the launcher's
         fd 1 through /proc gets the pipe too, never an unbounded file of ours."""
-        self._out_r, self._out_w = os.pipe()
-        self._drain = threading.Thread(target=self._drain_output, name="trainwreck-launcher-log", daemon=True)
+        out_r, self._out_w = os.pipe()
+        self._drain = threading.Thread(target=self._drain_output, args=(out_r,), name="trainwreck-launcher-log",
+                                       daemon=True)
         self._drain.start()
         return self._out_w
 
@@ -113,7 +113,7 @@ class IsolatedRun:
             return None
         now = now or time.time()
         self.watch.refresh()
-        self._end_strays(now)
+        self._end_strays(self.watch, now)
         found: list[Violation] = []
         write = now - self._last_sample >= self.cfg.sample_every_s
         samples = self.watch.sample(tree_memory=write)
@@ -129,7 +129,8 @@ class IsolatedRun:
             for s in samples:
                 self._proc_writer(s.rank).write(s.to_json())
         for v in self.guard.check_memory(by_rank):
-            self.watch.kill(self.watch.subtree(v.pid))  # at once: it may still be growing
+            if v.pid is not None:  # (a memory violation names the process it measured)
+                self.watch.kill(self.watch.subtree(v.pid))  # at once: it may still be growing
             found.append(v)
         found += self.guard.check_processes(len(self.watch.members()) - 2)  # bwrap's own two
         if now - self._last_disk >= self._disk_every:
@@ -142,12 +143,12 @@ class IsolatedRun:
         self.violations += found
         return found[0] if found else None
 
-    def _end_strays(self, now: float) -> None:
-        pids = self.watch.strays()
+    def _end_strays(self, watch: ProcWatch, now: float) -> None:
+        pids = watch.strays()
         if not pids:
             return
         lines = {pid: cmdline(pid) for pid in pids}
-        for pid in self.watch.kill(pids):
+        for pid in watch.kill(pids):
             self.strays.append({"pid": pid, "t": round(now, 3), "cmdline": lines.get(pid, "")})
 
     def _proc_writer(self, rank: int) -> rundir.RecordWriter:
@@ -157,11 +158,11 @@ class IsolatedRun:
             self._proc_writers[rank] = w
         return w
 
-    def _drain_output(self) -> None:
+    def _drain_output(self, out_r: int) -> None:
         cap, written, dropped = int(self.cfg.limits.log_mb * MB), 0, 0
         with open(self.run_dir / LAUNCHER_LOG, "ab", buffering=0) as log:
             while True:
-                chunk = os.read(self._out_r, 1 << 16)
+                chunk = os.read(out_r, 1 << 16)
                 if not chunk:
                     break
                 room = cap - written
@@ -173,7 +174,7 @@ class IsolatedRun:
                         log.write(f"\n[trainwreck: launcher.log truncated at {cap >> 20} MiB; "
                                   "the rest was dropped]\n".encode())
                     dropped += len(chunk) - max(room, 0)
-        os.close(self._out_r)
+        os.close(out_r)
         self._launcher_dropped = dropped
 
     # -- after ------------------------------------------------------------------------------

@@ -269,15 +269,17 @@ def launch(
                       key=key, tee=tee, world_size=cfg.nproc * cfg.nnodes, stall_timeout=cfg.stall_timeout)
     status, hang, exit_code = "failed", None, None
     violation: Violation | None = None
-    iso = _isolated_run(cfg, run_dir, key, device) if cfg.sandbox else None
+    iso = _isolated_run(cfg, run_dir, key, device, cwd) if cfg.sandbox else None
     env = build_env(cfg, run_dir, key, device)
     if iso is not None and iso.server is not None:  # handed to each rank over the channel: in no environment block
         iso.server.settings = {k: env.pop(k) for k in [k for k in env if rundir.is_setting(k)]}
     store = None
     try:
         if cfg.store and iso is not None:  # the socket in the channel's folder, the one the ranks can reach
-            store = store_service.start(cfg.store, run_dir, key, cwd, socket_dir=iso.server.dir,
-                                        uid=iso.policy.run_uid(), visible_dir=sandbox.CHANNEL_MOUNT)
+            server, policy = iso.server, iso.policy
+            assert server is not None and policy is not None  # a prepared sandboxed run has both
+            store = store_service.start(cfg.store, run_dir, key, cwd, socket_dir=server.dir,
+                                        uid=policy.run_uid(), visible_dir=sandbox.CHANNEL_MOUNT)
         elif cfg.store:
             store = store_service.start(cfg.store, run_dir, key, cwd)
         if store:
@@ -369,11 +371,11 @@ def launch(
     return result
 
 
-def _isolated_run(cfg: LaunchConfig, run_dir: Path, key: str, device: str) -> IsolatedRun:
+def _isolated_run(cfg: LaunchConfig, run_dir: Path, key: str, device: str, cwd: Path) -> IsolatedRun:
     """The sandbox, channel, sampler and limits of one run, ready to wrap the launcher's command.
     The script's folder is readable (read-only), the work dir the one folder it may write."""
     iso = IsolatedRun(IsolationConfig(kit_root=KIT_ROOT, readable=[cfg.script.resolve().parent],
-                                      work_dir=Path(cfg.cwd).resolve(), limits=cfg.limits,
+                                      work_dir=cwd, limits=cfg.limits,  # cfg.cwd, resolved (a sandbox needs it)
                                       gpu=device == "cuda", sample_every_s=OUTSIDE_SAMPLE_S), run_dir, key)
     try:
         iso.prepare()
@@ -405,9 +407,9 @@ def _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, de
             r["last_location"], r["location_kind"] = stuck["blocked_at"], "blocked"
             r["location_op"] = (stuck["pending_collective"] or {}).get("op")
         elif obs.location_kind in ("pending collective", "failed collective"):
-            r["location_op"] = obs.pending_collective.get("op")
+            r["location_op"] = (obs.pending_collective or {}).get("op")
         elif obs.location_kind == "last collective":
-            r["location_op"] = obs.last_collective.get("op")
+            r["location_op"] = (obs.last_collective or {}).get("op")
         r["last_location"] = display_path(r["last_location"])
         ranks.append(r)
     result = RunResult(status=status, run_dir=run_dir, world_size=world_size,

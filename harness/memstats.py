@@ -76,7 +76,7 @@ class MemStats:
         cost = t1 - t0
         out: dict[str, Any] = {"live_tensors": tensors, "graph_nodes": nodes, "live_bytes": nbytes,
                                "mem_ms": round(cost * 1e3, 3)}
-        if self.script_freezes > self.frozen_count:
+        if self.frozen_count is not None and self.script_freezes > self.frozen_count:  # (set by freeze() above)
             out["gc_refrozen"] = self.script_freezes - self.frozen_count
         self._costs = (self._costs + [cost])[-5:]
         if self._last_t is not None and step > self._last_step:

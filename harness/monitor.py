@@ -212,7 +212,7 @@ class Monitor:
         the next attempt gets the start-up allowance, not the hang timeout."""
         current = [p for p in self.ranks.values() if p.attempt == self.attempt and p.pid is not None]
         for p in current:
-            if not p.exited and not _running(p.pid):
+            if not p.exited and p.pid is not None and not _running(p.pid):
                 p.exited, p.exit_status = True, "killed"
                 self._progress(now, f"exit (rank {p.rank})")
         if current and all(p.exited for p in current) and self.stepped_this_attempt:
@@ -243,6 +243,9 @@ class Monitor:
                 self.pg_timeout_s = max(self.pg_timeout_s or 0.0, float(rec["timeout_s"]))
 
     def _tee_output(self, r: int) -> None:
+        tee = self.tee
+        if tee is None:  # (its caller checks: nothing to copy the output to)
+            return
         for stream, name in (("stdout", rundir.STDOUT), ("stderr", rundir.STDERR)):
             path = rundir.rank_dir(self.run_dir, r) / name
             try:
@@ -256,7 +259,7 @@ class Monitor:
                 continue
             self._out_offsets[path] = self._out_offsets.get(path, 0) + end + 1
             for line in chunk[:end].decode(errors="replace").split("\n"):
-                self.tee(r, stream, line)
+                tee(r, stream, line)
 
     def snapshot(self, now: float | None = None) -> Snapshot:
         now = now or time.time()

@@ -98,6 +98,8 @@ def load() -> tuple[ModuleType | None, str]:
     try:
         spec = importlib.util.spec_from_loader(
             NAME, importlib.machinery.ExtensionFileLoader(NAME, str(path)))
+        if spec is None or spec.loader is None:  # (a spec made from a loader has both)
+            return None, f"{path.name} did not load: no module spec"
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
     except Exception as e:  # built against a library this process does not have

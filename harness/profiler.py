@@ -42,8 +42,11 @@ class Profiler:
         self.rec = rec
         self.pid = os.getpid()
         self.cuda = torch.cuda.is_available()
-        sync = (lambda: torch.cuda.is_initialized() and torch.cuda.synchronize()) if self.cuda else None
-        self.timer = PhaseTimer(before_clock=sync)
+        def sync() -> None:
+            if torch.cuda.is_initialized():
+                torch.cuda.synchronize()
+
+        self.timer = PhaseTimer(before_clock=sync if self.cuda else None)
         self.out = channel.open_writer(rec.dir / PROFILE, rec.key)
         self._bg = 0.0  # seconds of torch.save on other threads since the last step
         self._bg_lock = threading.Lock()
@@ -170,7 +173,7 @@ def install(rec: Recorder, schedule: dict[str, int] | None = None) -> Profiler:
         harness_on_step(optimizer, skipped)
         prof.on_step()
 
-    rec.on_step = on_step
+    rec.on_step = on_step  # type: ignore[method-assign]  # the recorder's step hook, chained on this instance
 
     # forward: the outermost module call; always_call so a forward that raises still closes it.
     register_module_forward_pre_hook(lambda mod, args: timer.enter("forward"))
@@ -179,11 +182,11 @@ def install(rec: Recorder, schedule: dict[str, int] | None = None) -> Profiler:
     # data: the loader iterator (every DataLoader iterator class inherits this __next__).
     from torch.utils.data import dataloader
 
-    dataloader._BaseDataLoaderIter.__next__ = _phase(timer, "data", dataloader._BaseDataLoaderIter.__next__)
-    dataloader.DataLoader.__iter__ = _phase(timer, "data", dataloader.DataLoader.__iter__)
+    dataloader._BaseDataLoaderIter.__next__ = _phase(timer, "data", dataloader._BaseDataLoaderIter.__next__)  # type: ignore[method-assign]  # patched in place in the rank: how the harness observes it
+    dataloader.DataLoader.__iter__ = _phase(timer, "data", dataloader.DataLoader.__iter__)  # type: ignore[method-assign]  # patched in place in the rank: how the harness observes it
 
     # backward: Tensor.backward calls torch.autograd.backward; the nesting counts it once.
-    torch.Tensor.backward = _phase(timer, "backward", torch.Tensor.backward)
+    torch.Tensor.backward = _phase(timer, "backward", torch.Tensor.backward)  # type: ignore[method-assign]  # patched in place in the rank: how the harness observes it
     torch.autograd.backward = _phase(timer, "backward", torch.autograd.backward)
     torch.autograd.grad = _phase(timer, "backward", torch.autograd.grad)
 
@@ -220,6 +223,6 @@ def install(rec: Recorder, schedule: dict[str, int] | None = None) -> Profiler:
     shutil.copyfile = checkpoint_phase(shutil.copyfile)
     from harness.workloads import ArtifactStore
 
-    ArtifactStore.upload = checkpoint_phase(ArtifactStore.upload)
+    ArtifactStore.upload = checkpoint_phase(ArtifactStore.upload)  # type: ignore[method-assign]  # wrapped in place, as the rank calls it
     return prof
 

@@ -45,7 +45,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from harness import channel, faults, rawwrites, rundir
 
@@ -234,7 +234,7 @@ def install(run_dir: Path, rank: int, key: str, attempt: int, step: Callable[[],
     own = str(Path(run_dir).resolve() / "ranks") + os.sep  # the harness's own files are not traced
     orig_save = torch.save
 
-    def traced_path(path: str | None) -> bool:
+    def traced_path(path: str | None) -> TypeGuard[str]:
         return path is not None and not path.startswith(own) and not getattr(_dcp, "busy", False)
 
     @functools.wraps(orig_save)
@@ -255,8 +255,9 @@ def install(run_dir: Path, rank: int, key: str, attempt: int, step: Callable[[],
             s, d = _path_of(src), _path_of(dst)
             if not traced_path(d) or args or kwargs:  # dir_fd-relative names: not a path we can follow
                 return _orig(src, dst, *args, **kwargs)
-            is_dir = {"dir": True} if s is not None and os.path.isdir(s) and not os.path.islink(s) else {}
-            return trace.timed("rename", lambda: _orig(src, dst, *args, **kwargs), d, s, **is_dir)
+            if s is not None and os.path.isdir(s) and not os.path.islink(s):  # the record says so only then
+                return trace.timed("rename", lambda: _orig(src, dst, *args, **kwargs), d, s, dir=True)
+            return trace.timed("rename", lambda: _orig(src, dst, *args, **kwargs), d, s)
 
         setattr(os, name, functools.wraps(orig)(renamer))
 
@@ -282,7 +283,10 @@ def install(run_dir: Path, rank: int, key: str, attempt: int, step: Callable[[],
 
     torch.load = load
     torch.serialization.load = load
-    _install_dcp(trace, lambda p: p is not None and not p.startswith(own), fingerprints)
+    def outside_harness(p: str | None) -> TypeGuard[str]:  # DCP's own writes are what is traced there
+        return p is not None and not p.startswith(own)
+
+    _install_dcp(trace, outside_harness, fingerprints)
 
     def armed() -> _Tear | None:
         t = _tear
@@ -292,7 +296,7 @@ def install(run_dir: Path, rank: int, key: str, attempt: int, step: Callable[[],
     return trace
 
 
-def _install_dcp(trace: SaveTrace, traced_path: Callable[[str | None], bool], fingerprints: bool) -> None:
+def _install_dcp(trace: SaveTrace, traced_path: Callable[[str | None], TypeGuard[str]], fingerprints: bool) -> None:
     """DCP's file-system storage: each file it writes or reads is one ``write`` / ``load``, at the
     layer every writer and reader of it goes through (``FileSystem.create_stream``); the tensors it
     writes are fingerprinted as they go in (``_write_item``); the coordinator's ``finish`` is the
@@ -355,9 +359,9 @@ def _install_dcp(trace: SaveTrace, traced_path: Callable[[str | None], bool], fi
         return trace.timed("commit", lambda: orig_finish(self, metadata, results, *args, **kwargs), root,
                            files=files[:4096], keys=keys[:64])
 
-    fsmod.FileSystem.create_stream = create_stream
+    fsmod.FileSystem.create_stream = create_stream  # type: ignore[method-assign]  # patched in place in the rank: how the harness observes it
     fsmod._write_item = write_item
-    fsmod._FileSystemWriter.finish = finish
+    fsmod._FileSystemWriter.finish = finish  # type: ignore[method-assign]  # patched in place in the rank: how the harness observes it
     _quiet_optimizer_init()
 
 

@@ -49,6 +49,12 @@ class RankView:
     quiet_s: float | None
     exit_status: str | None = None
 
+    @property
+    def waiting_in(self) -> dict[str, Any]:
+        """The collective of a rank IN_COLLECTIVE (such a view always has one)."""
+        assert self.collective is not None, f"rank {self.rank} waits in no collective"
+        return self.collective
+
     def to_json(self) -> dict[str, Any]:
         c = self.collective
         return {"rank": self.rank, "state": self.state, "doing": self.doing, "site": self.site,
@@ -76,7 +82,7 @@ def waited_on(open_: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The collective a rank's main thread would be in: the newest open one issued there, else
     the newest open one at all."""
     on_main = [c for c in open_ if c.get("main", True)]
-    return (on_main or open_ or [None])[-1]
+    return on_main[-1] if on_main else open_[-1] if open_ else None
 
 
 def view(f: RankFacts) -> RankView:
@@ -130,7 +136,7 @@ def rank_line(v: RankView) -> str:
     if v.state == UNSEEN:
         return f"rank {v.rank} was never seen by this launcher (another node's, or not started)"
     if v.state == IN_COLLECTIVE:
-        return f"rank {v.rank} waits in {_coll(v.collective)}{_for(v)}"
+        return f"rank {v.rank} waits in {_coll(v.waiting_in)}{_for(v)}"
     left = f", with {v.collective.get('op')} #{v.collective.get('seq')} issued and not waited on" \
         if v.collective else ""
     return f"rank {v.rank} is outside any collective{_at(v)}, {v.doing or 'state unknown'}{left}{_for(v)}"
@@ -143,15 +149,15 @@ def summary(stall: Stall) -> list[str]:
     if stall.kind == DEADLOCK:
         groups: dict[tuple, list[RankView]] = {}
         for v in waiting:
-            groups.setdefault((v.collective.get("op"), v.collective.get("seq")), []).append(v)
+            groups.setdefault((v.waiting_in.get("op"), v.waiting_in.get("seq")), []).append(v)
         if gone:
             head = (f"deadlock: {_who(waiting)} wait{'s' if len(waiting) == 1 else ''} in a collective for "
                     f"{_who(gone)}, which {'has' if len(gone) == 1 else 'have'} exited")
         elif len(groups) == 1:
-            head = f"deadlock: every rank waits in {_coll(waiting[0].collective)} and none completes it"
+            head = f"deadlock: every rank waits in {_coll(waiting[0].waiting_in)} and none completes it"
         else:
             head = "deadlock: " + "; ".join(
-                f"{_who(vs)} wait{'s' if len(vs) == 1 else ''} in {_coll(vs[0].collective)}" for vs in groups.values()
+                f"{_who(vs)} wait{'s' if len(vs) == 1 else ''} in {_coll(vs[0].waiting_in)}" for vs in groups.values()
             ) + ": each waits for a peer that is in another collective"
     elif stall.kind == STRAGGLER:
         out = [v for v in stall.ranks if v.state == OUTSIDE]

@@ -148,13 +148,15 @@ def start(cfg: StoreConfig, run_dir: Path, key: str, cwd: Path, socket_dir: Path
         proc = subprocess.Popen([sys.executable, "-m", "harness.store_service"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=err, env=env, cwd=kit, start_new_session=True)
     svc = StoreService(proc, sock, visible, root, own_dir)
+    stdin, stdout = proc.stdin, proc.stdout
+    assert stdin is not None and stdout is not None  # started with both piped
     try:
-        proc.stdin.write((json.dumps(conf) + "\n").encode())
-        proc.stdin.flush()
+        stdin.write((json.dumps(conf) + "\n").encode())
+        stdin.flush()
     except OSError:
         pass
     ready, deadline = b"", time.time() + READY_TIMEOUT_S
-    fd = proc.stdout.fileno()
+    fd = stdout.fileno()
     while not ready.endswith(b"\n") and time.time() < deadline and proc.poll() is None:
         r, _, _ = select.select([fd], [], [], 0.2)
         if r:
@@ -439,7 +441,7 @@ class Handler(BaseHTTPRequestHandler):
         name = self._name()
         with st.lock:
             obj = st.objects.pop(name, None) if name else None
-        if obj is None:
+        if obj is None or not name:  # (no name: no object)
             st.write("delete", name=(name or self.path)[:200], pid=self._peer(), status="missing")
             return self._answer(404, {"error": f"no object {name!r}"})
         _unlink_quietly(name, st.dfd)

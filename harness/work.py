@@ -195,7 +195,7 @@ def install(rec) -> WorkCounter:
         finally:
             tls.busy = False
 
-    torch.nn.Module.__call__ = __call__
+    torch.nn.Module.__call__ = __call__  # type: ignore[method-assign]  # patched in place in the rank: how the harness observes it
 
     def wrap(fn):
         @functools.wraps(fn)
@@ -215,7 +215,7 @@ def install(rec) -> WorkCounter:
                     w.backward_blind += 1
         return backward
 
-    torch.Tensor.backward = wrap(torch.Tensor.backward)
+    torch.Tensor.backward = wrap(torch.Tensor.backward)  # type: ignore[method-assign]  # patched in place in the rank: how the harness observes it
     torch.autograd.backward = wrap(torch.autograd.backward)
     torch.autograd.grad = wrap(torch.autograd.grad)
     rec.step_fields.append(w.take)

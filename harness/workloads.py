@@ -196,6 +196,8 @@ class TinyTransformer(nn.Module):
     """A causal decoder small enough that a step is milliseconds on one CPU core. Initialised from
     ``seed`` alone (see ``own_rng``)."""
 
+    mask: torch.Tensor  # a buffer (register_buffer), which the checker cannot tell from a submodule
+
     def __init__(self, vocab: int = 64, seq_len: int = 32, d_model: int = 64, n_layer: int = 2,
                  n_head: int = 4, seed: int = 0):
         super().__init__()
