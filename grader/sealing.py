@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.rundir import atomic_write_json
+from harness.rundir import atomic_write_json, sha256_file
 
 SEAL = "seal.json"
 KEY_FILE = "seal.key"
@@ -59,14 +59,6 @@ def kit_key(kit: Path | None = None) -> bytes:
     return bytes.fromhex(path.read_text().strip())
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def inventory(run_dir: Path) -> dict[str, dict[str, Any]]:
     """Every entry under ``run_dir`` but the seal: ``{relative path: {"sha256", "bytes"} | {"link"}
     | {"kind"}}``. Folders are implied by their files."""
@@ -84,7 +76,7 @@ def inventory(run_dir: Path) -> dict[str, dict[str, Any]]:
             except OSError:
                 continue
             if stat.S_ISREG(st.st_mode):
-                out[rel] = {"sha256": _sha256(path), "bytes": st.st_size}
+                out[rel] = {"sha256": sha256_file(path), "bytes": st.st_size}
             elif stat.S_ISLNK(st.st_mode):
                 out[rel] = {"link": os.readlink(path)}
             else:

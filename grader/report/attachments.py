@@ -11,13 +11,14 @@ debrief is made: a workspace moved or removed since is said so in the debrief.
 from __future__ import annotations
 
 import base64
-import hashlib
 import os
 import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
+
+from harness.rundir import sha256_file
 
 MAX_FILES = 50  # listed; the rest are counted
 MAX_WALK = 5000  # entries looked at before giving up on a tree (a copied dataset, node_modules)
@@ -93,14 +94,6 @@ def alt_texts(answer: str | None) -> dict[str, str]:
     return out
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _walk(root: Path) -> tuple[list[tuple[str, os.stat_result]], int]:
     """(relative posix name, lstat) of every entry not hidden, links not followed; and how many
     more there were past the walk's limit."""
@@ -130,7 +123,7 @@ def _handed(slug: str) -> dict[str, str]:
         ex = find(slug)
     except Exception:  # a debrief must not fail on an exercise removed from the kit since
         return {}
-    return {rel.as_posix(): _sha256(ex.dir / rel) for rel in candidate_files(ex.dir, ex.manifest)}
+    return {rel.as_posix(): sha256_file(ex.dir / rel) for rel in candidate_files(ex.dir, ex.manifest)}
 
 
 def collect(workspace: str | Path, slug: str, answer: str | None = None) -> Attachments:
@@ -170,7 +163,7 @@ def _attachment(path: Path, name: str, size: int, handed: dict[str, str], alts: 
     if size > MAX_HASH_BYTES:
         return Attachment(name, size, "", "changed" if name in handed else "new", "file",
                           note=f"over {human_size(MAX_HASH_BYTES)}: listed only")
-    digest = _sha256(path)
+    digest = sha256_file(path)
     if handed.get(name) == digest:
         return None  # handed and unchanged
     status = "changed" if name in handed else "new"

@@ -7,10 +7,7 @@ from __future__ import annotations
 import io
 import json
 
-import pytest
-
 from grader.report import data, render
-from tests.grader.report.cdp import Browser, chromium
 from tests.grader.sessions.fakes import FIXED, add_attempt, result, scored_session, series
 
 MIN_INK = 0.03  # share of non-background pixels a drawn plot has at least (an empty axes box has ~0.01)
@@ -20,16 +17,6 @@ def ink(img, box) -> float:
     x, y, w, h = (int(round(v)) for v in box)
     hist = img.crop((x, y, x + w, y + h)).convert("L").histogram()
     return sum(hist[:235]) / max(sum(hist), 1)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    binary = chromium()
-    if binary is None:
-        pytest.skip("chromium is not installed and `make browser` could not install it (no apt-get, or not root)")
-    b = Browser(binary)
-    yield b
-    b.close()
 
 
 def test_report_renders_in_chromium_with_plots_drawn(tmp_path, browser):

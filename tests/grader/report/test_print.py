@@ -15,7 +15,7 @@ import pytest
 
 from grader.report import data, render
 from grader.sessions.models import Recommendation
-from tests.grader.report.cdp import Browser, chromium
+from tests.grader.report.cdp import Browser
 from tests.grader.sessions.fakes import FIXED, LEVELS_A, LEVELS_B, SHIPPED, add_attempt, result, series, sheet
 
 pypdf = pytest.importorskip("pypdf", reason="pypdf reads the printed pages: pip install -e '.[test]'")
@@ -25,16 +25,6 @@ A4 = {"paperWidth": 8.27, "paperHeight": 11.69}
 SPACERS_MM = range(0, 280, 70)  # over an A4 page in steps shorter than a plot (about 100 mm): one cuts it
 DIFF_MARK = "+sampler.set_epoch(epoch)"  # only in attempt 2's diff, which is folded on screen
 EVIDENCE_MARK = '"indices":['  # only in the evidence's JSON (the messages say "indices 0-63")
-
-
-@pytest.fixture(scope="module")
-def browser():
-    binary = chromium()
-    if binary is None:
-        pytest.skip("chromium is not installed and `make browser` could not install it (no apt-get, or not root)")
-    b = Browser(binary)
-    yield b
-    b.close()
 
 
 @pytest.fixture(scope="module")
