@@ -305,3 +305,19 @@ def test_a_checkpoint_must_hold_the_step_it_says_it_is(tmp_path, ints, passed, s
              for o in atomic(s, begin_extra={"ints": {k: (s if v is None else s + v) for k, v in ints.items()}})]
     c = judge(tmp_path, fresh(), saves=saves, final_ckpt=full_state(STEPS))
     assert c.passed is passed and says in c.message, c.message
+
+
+def test_the_model_is_found_by_layout_under_any_key():
+    """The model's tensors are grouped under whatever prefix holds exactly as many as it trains; an
+    optimizer's per-parameter state (``state.<index>.``) never counts as a model, a top-level key
+    named "state" does."""
+    from grader.checks.checkpoint_fresh import model_sums
+
+    model = {"net.0.weight": 1.0, "net.0.bias": 2.0, "net.2.weight": 4.0}
+    opt = {"state.0.exp_avg": 10.0, "state.1.exp_avg": 20.0, "state.2.exp_avg": 40.0}
+    flat = {**{f"model.{k}": v for k, v in model.items()}, **{f"optimizer.{k}": v for k, v in opt.items()}}
+    nested = {**{f"state.model.{k}": v for k, v in model.items()},
+              **{f"state.optimizer.{k}": v for k, v in opt.items()}}
+    assert set(model_sums(flat, 3)) == {7.0}  # "", "model" and "model.net" all hold the three
+    assert set(model_sums(nested, 3)) == {7.0}
+    assert model_sums(opt, 3) == []
