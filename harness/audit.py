@@ -34,6 +34,7 @@ import sys
 import threading
 from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
 MAX_EVENTS = 40  # per process: the first ones, each (kind, what) once
 WATCHED = frozenset({"open", "import", "ctypes.dlopen", "ctypes.dlsym", "subprocess.Popen", "os.exec", "os.system",
@@ -64,7 +65,7 @@ class Auditor:
         self.seen: set[tuple[str, str]] = set()
         self._busy = threading.local()
 
-    def hook(self, event: str, args: tuple) -> None:
+    def hook(self, event: str, args: tuple[Any, ...]) -> None:
         if event not in WATCHED or getattr(self._busy, "on", False) or len(self.seen) >= MAX_EVENTS:
             return
         self._busy.on = True
@@ -91,7 +92,7 @@ class Auditor:
         finally:
             self._busy.on = False
 
-    def _classify(self, event: str, args: tuple) -> tuple[str, str] | None:
+    def _classify(self, event: str, args: tuple[Any, ...]) -> tuple[str, str] | None:
         if event == "open":
             path, mode, flags = (tuple(args) + (None, None, None))[:3]
             if not isinstance(path, (str, bytes, os.PathLike)):

@@ -22,6 +22,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 MB = 2**20
 
@@ -74,7 +75,7 @@ class Violation:
         return (f"{who}{verb} {self.value:.0f}{unit}{noun}, over the {self.what} limit of "
                 f"{self.cap:.0f}{unit}")
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"what": self.what, "value": round(self.value, 1), "cap": self.cap, "rank": self.rank,
                 "pid": self.pid, "message": self.message}
 

@@ -35,9 +35,12 @@ import statistics
 import time
 import warnings
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from harness.instrument import Recorder  # which installs this module: imported only for the checker
 
 BUDGET = 0.01  # of the step loop's time
 MAX_EVERY = 64  # steps between counts at most
@@ -53,7 +56,7 @@ class MemStats:
         self._costs: list[float] = []  # the last few counts' times: one slow count (a busy machine) moves nothing
         self._last_t: float | None = None  # when the previous count ended
         self._last_step = 0
-        self.modules: weakref.WeakSet = weakref.WeakSet()  # nn.Modules alive at the freeze
+        self.modules: weakref.WeakSet[Any] = weakref.WeakSet()  # nn.Modules alive at the freeze
 
     def freeze(self) -> None:
         gc.collect()
@@ -169,7 +172,7 @@ def frozen_modules() -> list[torch.nn.Module]:
 _gc_freeze = gc.freeze
 
 
-def install(rec) -> MemStats:
+def install(rec: Recorder) -> MemStats:
     global _stats
     _stats = MemStats()
     stats = _stats

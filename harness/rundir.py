@@ -284,7 +284,8 @@ def load_run(run_dir: Path | str) -> dict[str, Any]:
     path = Path(run_dir) / "run.json"
     if not path.exists():
         raise FileNotFoundError(f"{path}: no run.json; the run did not finish writing its record")
-    return json.loads(path.read_text())
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
 
 
 def ranks_in(run_dir: Path | str) -> Iterator[int]:

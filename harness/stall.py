@@ -69,7 +69,7 @@ class Stall:
     whole_world: bool  # every rank of the job was seen (one node of a multi-node job sees its own)
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> tuple[Any, ...]:
         """What a change of makes a new state of the stall (its time restarts)."""
         return (self.kind, tuple((v.rank, v.state, (v.collective or {}).get("seq")) for v in self.ranks))
 
@@ -147,7 +147,7 @@ def summary(stall: Stall) -> list[str]:
     waiting = [v for v in stall.ranks if v.state == IN_COLLECTIVE]
     gone = [v for v in stall.ranks if v.state == EXITED]
     if stall.kind == DEADLOCK:
-        groups: dict[tuple, list[RankView]] = {}
+        groups: dict[tuple[Any, Any], list[RankView]] = {}
         for v in waiting:
             groups.setdefault((v.waiting_in.get("op"), v.waiting_in.get("seq")), []).append(v)
         if gone:

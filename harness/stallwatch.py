@@ -107,7 +107,7 @@ class StallWatch:
         # growing between two looks; until then, look again at the next one.
         if not dump or ("harness/bootstrap.py" not in dump and grew):
             return None
-        site = parse_stacks(dump)["site"]
+        site: str | None = parse_stacks(dump)["site"]
         # A dump that held still between two looks may still be half-written (a rank descheduled
         # inside its signal handler on a loaded machine: CI saw one stay at no line for 20 s): only
         # a line found is kept; no line yet is read again at the next look.

@@ -117,7 +117,8 @@ class StoreClient:
             r = self.request("PUT", f"/objects/{name}", file=f, size=size)
         if r.status != 200:
             raise StoreError(f"the artifact store refused {name!r} ({r.status}): {_reason(r)}")
-        return r.json()
+        answer: dict[str, Any] = r.json()
+        return answer
 
     def get(self, name: str) -> bytes:
         r = self.request("GET", f"/objects/{name}")
@@ -139,7 +140,8 @@ class StoreClient:
             raise StoreError(f"DELETE {name!r} from the artifact store: {r.status} {_reason(r)}")
 
     def info(self) -> dict[str, Any]:
-        return self.request("GET", "/info").json()
+        info: dict[str, Any] = self.request("GET", "/info").json()
+        return info
 
 
 def _reason(r: Response) -> str:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import platform
 from dataclasses import dataclass
+from typing import Any
 
 # System call numbers by what they are, for the machines torch runs on (x86_64; aarch64 uses the
 # generic table). Anything else reads as "in system call N".
@@ -71,7 +72,7 @@ class ThreadState:
     def describe(self) -> str:
         return self.doing + (f" {self.target}" if self.target else "")
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"state": self.state, "syscall": self.syscall, "wchan": self.wchan, "doing": self.describe()}
 
 

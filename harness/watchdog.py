@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import rundir
-from harness.monitor import Monitor
+from harness.monitor import Monitor, RankProgress
 from harness.observe import observe_rank, parse_stacks
 from harness.stall import EXITED, IN_COLLECTIVE, OUTSIDE, RankFacts, classify, summary
 
@@ -139,7 +139,7 @@ def _ago(t: float | None, now: float) -> float | None:
     return None if t is None else round(max(now - t, 0.0), 2)
 
 
-def _quiet(prog, now: float) -> float | None:
+def _quiet(prog: RankProgress, now: float) -> float | None:
     heard = max((t for t in (prog.last_record_at, prog.busy_until) if t is not None), default=None)
     return None if heard is None else now - heard
 
