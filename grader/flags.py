@@ -36,6 +36,7 @@ import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 from grader import crosscheck
 from grader.result import Flag
@@ -52,7 +53,7 @@ def source_flags(root: Path, editable: list[str]) -> list[Flag]:
     return [Flag(kind="source", what=f.what, where=f.where) for f in scan_files(root, editable)]
 
 
-def _read_summary(run_dir: Path) -> dict | None:
+def _read_summary(run_dir: Path) -> dict[str, Any] | None:
     path = Path(run_dir) / SANDBOX_FILE
     try:
         st = os.lstat(path)
@@ -219,7 +220,7 @@ def _claim_flags(run: str, run_dir: Path) -> list[Flag]:
     return out
 
 
-def _marks_run_past(run: str, run_dir: Path, kills: list) -> list[Flag]:
+def _marks_run_past(run: str, run_dir: Path, kills: list[Any]) -> list[Flag]:
     """A step fault's mark (``fault`` with ``what = "sigkill"``) followed by a step record of a later
     step in the same attempt: the harness's hook waits at its mark until the parent kills the rank, so
     the rank went on past a mark it did not wait at, or another process sent it (a decoy), and the

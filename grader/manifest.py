@@ -14,7 +14,7 @@ from pydantic_core import ErrorDetails
 from grader.checks import CHECK_NAMES, REGISTRY
 from grader.checks.base import Strict as _Strict
 from grader.checks.throughput import Spec as ThroughputSpec
-from grader.errors import ManifestError
+from grader.errors import ManifestError as ManifestError  # re-exported: callers take it from here
 from grader.files import read_toml
 from harness import defaults
 

@@ -134,7 +134,8 @@ def startup_charge(per_round: list[dict[str, Any]]) -> float | None:
 def candidate_rate(r: dict[str, Any], charge: float | None) -> float:
     """The candidate's steps/s in round ``r``, with ``charge`` seconds added to its window."""
     if not charge:
-        return r["candidate"]
+        rate: float = r["candidate"]
+        return rate
     return charged(r["candidate"], int((r.get("intervals") or {}).get("candidate", 0)), charge)
 
 

@@ -8,6 +8,8 @@ import importlib
 import pkgutil
 import signal
 import threading
+from types import FrameType
+from typing import NoReturn
 
 from grader.checks.base import Check, CheckResult, CheckSpec, Context
 from grader.text import printable
@@ -48,7 +50,7 @@ def run_check(spec: CheckSpec, ctx: Context, timeout_s: float = JUDGE_TIMEOUT_S)
     lose any control characters a candidate's text brought in."""
     timer = threading.current_thread() is threading.main_thread() and timeout_s > 0
 
-    def overtime(signum, frame):
+    def overtime(signum: int, frame: FrameType | None) -> NoReturn:
         raise _Overtime
 
     if timer:

@@ -22,9 +22,12 @@ record arrives) would tell.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness import rundir
+
+if TYPE_CHECKING:
+    from grader.evidence import RunEvidence
 
 HELD_S = 1.0
 
@@ -55,7 +58,7 @@ def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
-def held_back(ev, rank: int) -> Held | None:
+def held_back(ev: RunEvidence, rank: int) -> Held | None:
     """The rank's last attempt's step records against its other records, on the parent's clock;
     None where nothing was held back, or the run had no record channel."""
     if not ev.sandboxed:
@@ -101,7 +104,7 @@ def held_back(ev, rank: int) -> Held | None:
             best = (t, what, k)
         by_step[k] = best
     keys = sorted(by_step)
-    worst: tuple[float, dict, tuple[float, str, int]] | None = None
+    worst: tuple[float, dict[str, Any], tuple[float, str, int]] | None = None
     held = 0
     for e in steps:
         k = e["step"]

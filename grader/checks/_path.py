@@ -4,19 +4,34 @@ Fingerprints come from the bootstrap (``grader/evidence/fingerprints.py``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from grader.evidence import RunEvidence
 from grader.evidence.fingerprints import step_fingerprints, unobserved_change
 from grader.roles import FINGERPRINTS, RESTARTED, Role, RunRequest
 
+if TYPE_CHECKING:
+    from grader.checks.base import CheckResult, Context
+    from grader.manifest import Manifest
 
-def fingerprinted_main(spec, manifest) -> list[RunRequest]:
+
+class PathSpec(Protocol):
+    """What the path checks (trajectory, resume_exact) share in their Spec."""
+
+    @property
+    def rtol(self) -> float: ...
+    @property
+    def atol(self) -> float: ...
+    @property
+    def checkpoint_interval(self) -> int | None: ...
+
+
+def fingerprinted_main(spec: PathSpec, manifest: Manifest) -> list[RunRequest]:
     """The main run, recorded with per-step parameter fingerprints (a check's ``runs``)."""
     return [RunRequest(Role.MAIN, manifest.world_size, env=FINGERPRINTS)]
 
 
-def close(a: float, b: float, spec) -> bool:
+def close(a: float, b: float, spec: PathSpec) -> bool:
     return abs(a - b) <= spec.atol + spec.rtol * abs(b)
 
 
@@ -29,7 +44,7 @@ def path_of(ev: RunEvidence) -> dict[int, float]:
     return dict(step_fingerprints(ev, 0).get(0, []))
 
 
-def _follow(path: list[tuple[int, float]], ref: dict[int, float], offset: int, spec) -> dict[str, Any] | None:
+def _follow(path: list[tuple[int, float]], ref: dict[int, float], offset: int, spec: PathSpec) -> dict[str, Any] | None:
     """The first step of ``path`` (steps counted from ``offset`` on the reference's path) that
     leaves the reference's path, or None."""
     worst = 0.0
@@ -47,13 +62,13 @@ def _worst(path: list[tuple[int, float]], ref: dict[int, float], offset: int) ->
     return max((_rel(fp, ref[s + offset]) for s, fp in path if s + offset in ref), default=0.0)
 
 
-def _resume_point(start: float, ref: dict[int, float], spec) -> int | None:
+def _resume_point(start: float, ref: dict[int, float], spec: PathSpec) -> int | None:
     """The reference step whose parameters a restarted attempt began from (None: none of them)."""
     found = [s for s, fp in ref.items() if close(start, fp, spec)]
     return max(found) if found else None
 
 
-def judge_run(role: str, ev: RunEvidence, ref: dict[int, float], spec, info: dict[int, dict[str, Any]],
+def judge_run(role: str, ev: RunEvidence, ref: dict[int, float], spec: PathSpec, info: dict[int, dict[str, Any]],
               against: str = "the reference run") -> str | None:
     """What is wrong with one run's path against ``ref`` (``against`` names whose path it is), or
     None. ``spec`` has ``rtol``, ``atol`` and ``checkpoint_interval``."""
@@ -155,8 +170,8 @@ def _left(where: str, rank: int, miss: dict[str, Any], against: str) -> str:
 
 
 
-def judge_role(ctx, name: str, role: str, main: RunEvidence, ref: dict[int, float], spec,
-               evidence: dict[str, Any], against: str = "the reference run"):
+def judge_role(ctx: Context, name: str, role: str, main: RunEvidence, ref: dict[int, float], spec: PathSpec,
+               evidence: dict[str, Any], against: str = "the reference run") -> RunEvidence | CheckResult:
     """One run of a grading followed along ``ref``: the run's evidence when its path is sound, else
     the CheckResult that says why not (a run missing, recorded without fingerprints, off the path)."""
     from grader.checks.base import CheckResult, need

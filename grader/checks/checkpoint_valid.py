@@ -7,7 +7,7 @@ whatever key: a fix may not pass by deleting the work a collective protected."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -89,7 +89,7 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
                        evidence)
 
 
-def _reference_checkpoint(spec: Spec, ctx: Context, evidence):
+def _reference_checkpoint(spec: Spec, ctx: Context, evidence: dict[str, Any]) -> Any:
     """The reference run's checkpoint at the same path, loaded once, or why it cannot be judged."""
     ref = need(ctx, "checkpoint_valid", "reference")
     if isinstance(ref, CheckResult):
@@ -101,7 +101,7 @@ def _reference_checkpoint(spec: Spec, ctx: Context, evidence):
                            environment=True)
 
 
-def _optimizer_against_reference(spec: Spec, theirs, ckpt, evidence) -> CheckResult | None:
+def _optimizer_against_reference(spec: Spec, theirs: Any, ckpt: Any, evidence: dict[str, Any]) -> CheckResult | None:
     name = "checkpoint_valid"
     want, mine = contents.optimizer_moments(theirs), contents.optimizer_moments(ckpt)
     if not want:
@@ -126,7 +126,7 @@ def _optimizer_against_reference(spec: Spec, theirs, ckpt, evidence) -> CheckRes
     return None
 
 
-def _norm_ratio(mine: dict, theirs: dict) -> float:
+def _norm_ratio(mine: dict[str, Any], theirs: dict[str, Any]) -> float:
     a = sum(float(t.double().norm()) for t in mine.values())
     b = sum(float(t.double().norm()) for t in theirs.values())
     return a / b if b else float("inf")

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
@@ -49,6 +49,9 @@ from grader.evidence.layouts import LayoutError, load_checkpoint
 from grader.evidence.saves import FileOp, Unit, unit_of
 from grader.roles import FINGERPRINTS, Role, RunRequest
 from harness.launch import Fault
+
+if TYPE_CHECKING:
+    from grader.manifest import Manifest
 
 RESTARTS: dict[str, str] = {Role.RESUME: "killed mid-run", Role.RESUME_SAVE: "killed during a checkpoint write"}
 
@@ -68,7 +71,7 @@ class Spec(CheckSpec):
                                        "after this step; leave out to skip that restart")
 
 
-def runs(spec: Spec, manifest) -> list[RunRequest]:
+def runs(spec: Spec, manifest: Manifest) -> list[RunRequest]:
     """A kill between checkpoints (shared with sample_partition's when both ask for one), and a
     kill half-way through a checkpoint write, on whichever ranks write checkpoints."""
     w = manifest.world_size
@@ -178,7 +181,7 @@ class _Loaded:
         return self.cache[k]
 
 
-def _files(role: str, ev: RunEvidence, read: set[str], spec, expected, problems: Problems,
+def _files(role: str, ev: RunEvidence, read: set[str], spec: Spec, expected: dict[str, Any] | None, problems: Problems,
            loaded: _Loaded) -> dict[str, Any]:
     """Every checkpoint on disk at the end loads as a whole; what each restart read holds the state."""
     out: dict[str, Any] = {}

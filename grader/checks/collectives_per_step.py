@@ -24,12 +24,15 @@ count, whatever the trace says.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
 from grader.checks.base import Check, CheckResult, CheckSpec, Context, need
 from grader.evidence import traffic
+
+if TYPE_CHECKING:
+    from grader.evidence import RunEvidence
 
 REDUCING = {"all_reduce", "all_reduce_coalesced", "reduce", "reduce_scatter", "reduce_scatter_single",
             "reduce_scatter_single_coalesced"}
@@ -50,7 +53,7 @@ def _mb(n: float) -> str:
     return f"{n / 2**20:.2f} MB" if n >= 2**16 else f"{n:.0f} B"
 
 
-def _gradient_bytes(ev, r: int, steps: int) -> tuple[list[float], bool]:
+def _gradient_bytes(ev: RunEvidence, r: int, steps: int) -> tuple[list[float], bool]:
     """Per optimizer step of the rank's last attempt, the bytes it handed to reducing collectives
     during that step's iteration; and whether every such record says its bytes (an older trace
     does not)."""

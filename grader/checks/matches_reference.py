@@ -4,7 +4,7 @@ run that was killed and restarted ends there too."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
@@ -12,6 +12,9 @@ from grader.checks.base import Check, CheckResult, CheckSpec, Context, agreed_pa
 from grader.evidence import harness_failed
 from grader.evidence.params import compare
 from grader.roles import RESTARTED, Role
+
+if TYPE_CHECKING:
+    from grader.evidence import RunEvidence
 
 
 class Spec(CheckSpec):
@@ -75,7 +78,7 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     return CheckResult(name, cmp["close"], msg, cmp)
 
 
-def _corrupted_when(ev) -> str:
+def _corrupted_when(ev: RunEvidence) -> str:
     """When the loss first went non-finite on rank 0, and the overflow the grading injected before it."""
     steps = [e for e in ev.events(0) if e.get("kind") == "step"]
     bad = next((e for e in steps if isinstance(e.get("loss"), str)), None)

@@ -30,13 +30,16 @@ a record of a later step reached the parent long before them (``grader.checks._h
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
 from grader.checks._held import held_back
 from grader.checks.base import Check, CheckResult, CheckSpec, Context, need
-from grader.evidence.memory import rank_series
+from grader.evidence.memory import Series, rank_series
+
+if TYPE_CHECKING:
+    from grader.evidence import RunEvidence
 
 MIN_POINTS = 20  # fewer steps than this after warm-up cannot tell a leak from noise
 MIN_COUNTS = 8  # counted steps after warm-up needed to judge the counts (they are not noisy)
@@ -82,7 +85,7 @@ def pooled_slope(groups: list[list[tuple[int, float]]]) -> tuple[float, int] | N
     return (num / den, n) if den else None
 
 
-def _slope(series, warmup: int) -> tuple[float, int, int]:
+def _slope(series: Series, warmup: int) -> tuple[float, int, int]:
     """The series' slope per step after warm-up, how many steps it is drawn through, and over how
     many sets of processes (1: the plain least-squares line). Within the sets where the tree changed,
     when they hold at least ``MIN_POINTS`` steps; else the plain line, which a level that moved
@@ -96,7 +99,7 @@ def _slope(series, warmup: int) -> tuple[float, int, int]:
     return slope(ys), len(ys), 1
 
 
-def _counts(ev, rank: int, field: str, warmup: int) -> list[tuple[int, float]]:
+def _counts(ev: RunEvidence, rank: int, field: str, warmup: int) -> list[tuple[int, float]]:
     """(step, count) of the rank's last attempt after warm-up, for the steps that were counted."""
     last = max((int(e.get("attempt", 0)) for e in ev.events(rank) if e.get("kind") == "step"), default=0)
     return [(int(e["step"]), float(e[field])) for e in ev.events(rank)
@@ -115,11 +118,11 @@ def slope_xy(pts: list[tuple[int, float]]) -> float:
 
 @dataclass(frozen=True)
 class Counted:
-    per_rank: dict[int, dict]  # evidence per rank: slope, start, end, median, counted steps
+    per_rank: dict[int, dict[str, Any]]  # evidence per rank: slope, start, end, median, counted steps
     grew: tuple[int, float, list[tuple[int, float]]] | None  # the first rank over its slope: rank, slope, points
 
 
-def _judge_series(ev, warmup: int, field: str, scale: float, max_slope: float) -> Counted:
+def _judge_series(ev: RunEvidence, warmup: int, field: str, scale: float, max_slope: float) -> Counted:
     """A counted field's slope per step and median on each rank that has enough counted steps."""
     per_rank, grew = {}, None
     for r in sorted(ev.ranks):
@@ -134,7 +137,7 @@ def _judge_series(ev, warmup: int, field: str, scale: float, max_slope: float) -
     return Counted(per_rank, grew)
 
 
-def _medians(ev, warmup: int, field: str, scale: float = 1.0) -> dict[int, float]:
+def _medians(ev: RunEvidence, warmup: int, field: str, scale: float = 1.0) -> dict[int, float]:
     """Each rank's median of a counted field after warm-up, where it was counted."""
     out = {}
     for r in sorted(ev.ranks):
@@ -144,7 +147,7 @@ def _medians(ev, warmup: int, field: str, scale: float = 1.0) -> dict[int, float
     return out
 
 
-def _refrozen(ev) -> tuple[int, int] | None:
+def _refrozen(ev: RunEvidence) -> tuple[int, int] | None:
     for r in sorted(ev.ranks):
         for e in ev.events(r):
             if e.get("kind") == "step" and e.get("gc_refrozen"):
@@ -157,7 +160,7 @@ def _median(xs: list[float]) -> float:
     return ys[len(ys) // 2] if ys else 0.0
 
 
-def _level(ev, warmup: int) -> tuple[float, str]:
+def _level(ev: RunEvidence, warmup: int) -> tuple[float, str]:
     """The highest per-rank median after warm-up, and what it measures."""
     best, what = 0.0, "RSS"
     for r in ev.ranks:

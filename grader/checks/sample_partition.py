@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any, Literal
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
@@ -26,6 +27,10 @@ from grader.evidence.fingerprints import resume_point
 from grader.evidence.work import read_ahead, step_time
 from grader.roles import FINGERPRINTS, Role, RunRequest
 from harness.launch import Fault
+
+if TYPE_CHECKING:
+    from grader.evidence import RunEvidence
+    from grader.manifest import Manifest
 
 # Positions an index may move between two epochs and still count as "the same order": DataLoader
 # workers interleave their batches in the ledger, so equal orders are not always equal lists.
@@ -47,7 +52,7 @@ class Spec(CheckSpec):
     padding: int = Field(0, ge=0, description="duplicates allowed per epoch (sampler padding)")
 
 
-def runs(spec: Spec, manifest) -> list[RunRequest]:
+def runs(spec: Spec, manifest: Manifest) -> list[RunRequest]:
     if not spec.resume:
         return []
     return [RunRequest(Role.RESUME, manifest.world_size, max_restarts=1,
@@ -100,7 +105,7 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
                        f"in a new order each epoch{after}", evidence)
 
 
-def _read_to_skip(ev, r: int, ds: str, full: list[int], k: int, tol: int = 0, per_step: int = 0) -> int:
+def _read_to_skip(ev: RunEvidence, r: int, ds: str, full: list[int], k: int, tol: int = 0, per_step: int = 0) -> int:
     """How many samples a restart read and discarded to reach its resume point, as HF accelerate's
     ``skip_first_batches`` does, or 0: its reads begin with the stretch of the uninterrupted sequence
     that ends where the job resumed, all of it read before the restart's first optimizer step, and
@@ -125,10 +130,10 @@ def _read_to_skip(ev, r: int, ds: str, full: list[int], k: int, tol: int = 0, pe
     return n if before >= n + per_step else 0
 
 
-def _excess(got: list[int], want: list[int]):
+def _excess(got: list[int], want: list[int]) -> Iterator[int]:
     """Per prefix length j (1, 2, ...), how many samples ``got[:j]`` holds beyond ``want[:j]``
     (as multisets)."""
-    bal: Counter = Counter()
+    bal: Counter[int] = Counter()
     excess = 0
     for j in range(max(len(got), len(want))):
         if j < len(got):
@@ -147,7 +152,7 @@ def drift(got: list[int], want: list[int]) -> int:
     return max(_excess(got, want), default=0)
 
 
-def order_tolerance(runs: list, r: int, ds: str, per_step: int) -> int:
+def order_tolerance(runs: list[RunEvidence], r: int, ds: str, per_step: int) -> int:
     """Positions rank ``r``'s ledger may stray from another run's order: in each of the two runs
     compared, its read-ahead (the most it read beyond what its steps had consumed, in any of
     ``runs``' first attempts) plus one step's batch, which may be read between two step records.
@@ -178,7 +183,7 @@ def _first_divergence(got: list[int], want: list[int], tol: int) -> int:
     return next((j for j, e in enumerate(_excess(got[:n], want[:n])) if e > tol), n)
 
 
-def _resume(spec, ctx: Context, uninterrupted: dict[int, list[int]], evidence: dict[str, Any]) -> CheckResult:
+def _resume(spec: Spec, ctx: Context, uninterrupted: dict[int, list[int]], evidence: dict[str, Any]) -> CheckResult:
     """Across a kill and restart, the ranks must consume what an uninterrupted run consumes: attempt
     0 up to the step the job resumed from, then attempt 1 to the end, nothing replayed or skipped.
     The resume step comes from parameter fingerprints, not from anything the script says."""

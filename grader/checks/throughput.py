@@ -9,13 +9,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator
 
 from grader.checks.base import Check, CheckResult, CheckSpec, Context
 from grader.throughput import ThroughputResult, candidate_rate, startup_charge, summarize
 from grader.throughput import measure as measure_rounds
+
+if TYPE_CHECKING:
+    from grader.manifest import Manifest
 
 
 class Spec(CheckSpec):
@@ -42,7 +45,7 @@ class Spec(CheckSpec):
         """Half the reference's expected gain: a fix that gets there has found the bottleneck."""
         return 1 + 0.5 * (self.target_speedup - 1)
 
-    def validate_in(self, manifest) -> None:
+    def validate_in(self, manifest: Manifest) -> None:
         if self.bound in manifest.editable:
             raise ValueError(f"bound: {self.bound!r} is editable; the bound must be a kit-owned file the "
                              "candidate cannot change")

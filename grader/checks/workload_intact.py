@@ -51,7 +51,7 @@ sizes, killed and restarted runs; ``grader/evidence/work.py``, ``harness/work.py
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from grader.checks.base import Check, CheckResult, CheckSpec, Context, need, trained_to_the_end
 from grader.evidence import harness_failed
@@ -68,6 +68,10 @@ from grader.evidence.work import (
     unread_rows,
 )
 from grader.roles import Role
+
+if TYPE_CHECKING:
+    from grader.evidence import RunEvidence
+    from grader.manifest import Evaluation, Workload
 
 # How far, in epoch shares (ceil(dataset_size / world size) samples), a rank's reads may run ahead
 # of what its optimizer steps consumed: prefetching batches is the input pipeline's job; reading
@@ -173,7 +177,7 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
                        f"covering all {wl.dataset_size}, {wl.params} parameters, files as shipped{after}", evidence)
 
 
-def _hidden_work(ctx: Context, main, evidence: dict[str, Any]) -> list[str]:
+def _hidden_work(ctx: Context, main: RunEvidence, evidence: dict[str, Any]) -> list[str]:
     """Work done around the optimizer step hook and the datasets, and records that contradict each
     other, in every run of the submission (not the reference's)."""
     wl = ctx.manifest.workload
@@ -277,7 +281,7 @@ def _hidden_work(ctx: Context, main, evidence: dict[str, Any]) -> list[str]:
     return problems
 
 
-def _read_ahead(ev, wl, where: str, role: str, evidence: dict[str, Any]) -> str | None:
+def _read_ahead(ev: RunEvidence, wl: Workload, where: str, role: str, evidence: dict[str, Any]) -> str | None:
     """The first rank whose reads of the training set ran more than ``READ_AHEAD_SHARE`` of an
     epoch's share ahead of its optimizer steps, as the problem's text; every rank's figure is kept."""
     w = max(ev.world_size, 1)
@@ -298,7 +302,7 @@ def _read_ahead(ev, wl, where: str, role: str, evidence: dict[str, Any]) -> str 
     return found
 
 
-def _evaluations(ev, ds: str, want, evidence: dict[str, Any]) -> str | None:
+def _evaluations(ev: RunEvidence, ds: str, want: Evaluation, evidence: dict[str, Any]) -> str | None:
     """The evaluations on dataset ``ds``, judged by what all ranks and their loader workers read:
     ``count`` evaluations of ``samples`` distinct samples each, a sample counted once per evaluation
     whichever rank or process read it (``evaluation_reads``)."""

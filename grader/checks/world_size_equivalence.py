@@ -4,13 +4,16 @@ that does not shrink all show up as a difference."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
 from grader.checks.base import Check, CheckResult, CheckSpec, Context, agreed_params, need
 from grader.evidence.params import compare
 from grader.roles import Role, RunRequest, run_name
+
+if TYPE_CHECKING:
+    from grader.manifest import Manifest
 
 
 class Spec(CheckSpec):
@@ -20,11 +23,11 @@ class Spec(CheckSpec):
     atol: float = Field(1e-4, ge=0)
 
 
-def _run(n: int, manifest) -> str:
+def _run(n: int, manifest: Manifest) -> str:
     return run_name(Role.MAIN) if n == manifest.world_size else run_name(Role.WORLD_SIZE, n)
 
 
-def runs(spec: Spec, manifest) -> list[RunRequest]:
+def runs(spec: Spec, manifest: Manifest) -> list[RunRequest]:
     return [RunRequest(Role.WORLD_SIZE, n) for n in spec.world_sizes if n != manifest.world_size]
 
 

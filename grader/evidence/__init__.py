@@ -58,7 +58,8 @@ class RunEvidence:
 
     @property
     def status(self) -> str:
-        return self.run.get("status", "unknown")
+        status: str = self.run.get("status", "unknown")
+        return status
 
     @property
     def world_size(self) -> int:
@@ -66,7 +67,8 @@ class RunEvidence:
 
     @property
     def key(self) -> str:
-        return self.run["key"]
+        key: str = self.run["key"]
+        return key
 
     @property
     def sandboxed(self) -> bool:

@@ -91,8 +91,8 @@ def _by_relative_names(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, 
 
 
 def _by_structure(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str]] | None:
-    ga: dict[tuple, list[str]] = defaultdict(list)
-    gb: dict[tuple, list[str]] = defaultdict(list)
+    ga: dict[tuple[Any, ...], list[str]] = defaultdict(list)
+    gb: dict[tuple[Any, ...], list[str]] = defaultdict(list)
     for n, t in a.items():
         ga[_shape(t)].append(n)
     for n, t in b.items():
@@ -103,8 +103,8 @@ def _by_structure(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str]]
 
 
 def _shape_difference(a: dict[str, Any], b: dict[str, Any]) -> str:
-    ca: dict[tuple, int] = defaultdict(int)
-    cb: dict[tuple, int] = defaultdict(int)
+    ca: dict[tuple[Any, ...], int] = defaultdict(int)
+    cb: dict[tuple[Any, ...], int] = defaultdict(int)
     for t in a.values():
         ca[_shape(t)] += 1
     for t in b.values():

@@ -31,7 +31,7 @@ class FinalCheckpoint:
     content: Any = None  # the loaded checkpoint, whenever it loaded (also when it is not the final state)
 
 
-def writers_of(ev, path: Path) -> list[int]:
+def writers_of(ev: RunEvidence, path: Path) -> list[int]:
     """Ranks that wrote ``path`` (directly, or by renaming or copying a file into it); for a folder,
     the ranks that wrote any one of its files more than once over, else all its writers."""
     p = str(Path(path).resolve())
@@ -45,7 +45,7 @@ def writers_of(ev, path: Path) -> list[int]:
     return sorted({w for st in inside for w in st.writers})[:1]
 
 
-def _keys(ckpt: dict, folder: bool) -> list[str]:
+def _keys(ckpt: dict[str, Any], folder: bool) -> list[str]:
     keys = set(map(str, ckpt))
     if folder:
         for v in ckpt.values():
@@ -54,7 +54,7 @@ def _keys(ckpt: dict, folder: bool) -> list[str]:
     return sorted(keys)
 
 
-def _written_at(ev, path: Path) -> list[int] | None:
+def _written_at(ev: RunEvidence, path: Path) -> list[int] | None:
     """The step counts a checkpoint at ``path`` may hold as its step: the optimizer steps done when
     its last traced write (a save, or the rename or copy that published it) began, or one more (a
     script may store the index of the next step instead); None when no write was traced."""

@@ -25,7 +25,7 @@ optimizer and scheduler, each with its own dict, is three deep).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from grader.evidence.align import align
@@ -210,7 +210,7 @@ def numbers(obj: Any, depth: int = 2) -> dict[str, float]:
     return {p: n for p, v in walk(obj, depth) if p and (n := _number(v)) is not None}
 
 
-def missing_state(obj: Any, require: list[str], final: dict[str, Any] | None,
+def missing_state(obj: Any, require: Sequence[str], final: dict[str, Any] | None,
                   steps: list[int] | None = None) -> list[str]:
     """What of ``require`` (``KINDS``) the object lacks, each as the phrase "holds no ..." ends with."""
     out = []

@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from grader.evidence import RunEvidence
 
 # Two fingerprints of the same parameters differ only by float64 rounding of a sum taken in
 # another order; one optimizer update moves them by many orders of magnitude more.
 FP_RTOL = 1e-9
 
 
-def step_fingerprints(ev, rank: int) -> dict[int, list[tuple[int, float]]]:
+def step_fingerprints(ev: RunEvidence, rank: int) -> dict[int, list[tuple[int, float]]]:
     """Per attempt, (step, parameter fingerprint) from the rank's signed events (step 0 before the
     first update)."""
     out: dict[int, list[tuple[int, float]]] = {}
@@ -22,7 +25,7 @@ def step_fingerprints(ev, rank: int) -> dict[int, list[tuple[int, float]]]:
     return out
 
 
-def resume_point(ev, rank: int) -> int | None:
+def resume_point(ev: RunEvidence, rank: int) -> int | None:
     """The attempt-0 step whose parameters attempt 1 started from, found by fingerprint (the
     bootstrap records one before the first step of each attempt and after every step): 0 when it
     started from scratch, None when it started from a state the job never reached."""
@@ -43,14 +46,14 @@ def resume_point(ev, rank: int) -> int | None:
     return fps[0].get(start[1])
 
 
-def _same(a, b) -> bool:
-    a, b = float(a), float(b)
-    if a != a or b != b:  # NaN parameters stay NaN: the same (corrupted) state
-        return a != a and b != b
-    return abs(a - b) <= FP_RTOL * max(abs(a), abs(b), 1e-12)
+def _same(a: Any, b: Any) -> bool:  # two recorded fingerprints (JSON numbers)
+    x, y = float(a), float(b)
+    if x != x or y != y:  # NaN parameters stay NaN: the same (corrupted) state
+        return x != x and y != y
+    return abs(x - y) <= FP_RTOL * max(abs(x), abs(y), 1e-12)
 
 
-def unobserved_change(ev, rank: int) -> dict | None:
+def unobserved_change(ev: RunEvidence, rank: int) -> dict[str, Any] | None:
     """The first change of the rank's parameters outside an optimizer step the harness observed,
     or None. The bootstrap fingerprints the parameters when a step begins (``fp_pre``, from the
     step pre-hook; a step GradScaler skipped has none, and its ``fp`` is the state it left
@@ -82,8 +85,8 @@ def unobserved_change(ev, rank: int) -> dict | None:
     return None
 
 
-def _rel(a, b) -> float:
-    a, b = float(a), float(b)
-    if a != a or b != b:
+def _rel(a: Any, b: Any) -> float:
+    x, y = float(a), float(b)
+    if x != x or y != y:
         return float("inf")
-    return abs(a - b) / max(abs(b), 1e-12)
+    return abs(x - y) / max(abs(y), 1e-12)

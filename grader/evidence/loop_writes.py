@@ -16,9 +16,13 @@ loop is not the checkpoint). Renames are not writes of bytes. The write that fol
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from grader.evidence.saves import FileOp
 from grader.evidence.steptimes import StepTimes
+
+if TYPE_CHECKING:
+    from grader.evidence import RunEvidence
 
 MIN_SHARE_OF_LARGEST = 0.5
 BYTE_WRITES = ("save", "copy", "write", "bytes", "upload")
@@ -40,7 +44,7 @@ class LoopWrites:
         return min(1.0, self.write_s / self.step_s) if self.step_s > 0 else 0.0
 
 
-def loop_writes(ev, rank: int, times: StepTimes) -> LoopWrites:
+def loop_writes(ev: RunEvidence, rank: int, times: StepTimes) -> LoopWrites:
     ops = [o for o in [*ev.file_ops, *ev.file_uploads] if o.rank == rank and o.op in BYTE_WRITES and o.completed]
     if not ops or not times.steps:
         return LoopWrites(rank)

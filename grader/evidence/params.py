@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grader.evidence.align import aligned, strip_wrappers
+
+if TYPE_CHECKING:
+    from grader.evidence import RunEvidence
 
 __all__ = ["compare", "disagreement", "strip_wrappers"]
 
@@ -68,18 +71,21 @@ def compare(a: dict[str, Any], b: dict[str, Any], rtol: float, atol: float, equa
     return out
 
 
-def disagreement(ev) -> dict[str, Any] | None:
+def disagreement(ev: RunEvidence) -> dict[str, Any] | None:
     """Why a run's final parameters cannot be used: a rank left none, or the replicas diverged
     (``{"missing_ranks": [...]}`` or ``{"rank": r, **compare(...)}``); None when every rank holds
     the same parameters."""
-    missing = [r for r in ev.ranks if ev.params(r) is None]
+    held = {r: p for r in ev.ranks if (p := ev.params(r)) is not None}
+    missing = [r for r in ev.ranks if r not in held]
     if missing:
         return {"missing_ranks": missing}
     base = ev.params(0)
-    for r in sorted(ev.ranks):
+    if base is None:  # ranks without rank 0: nothing to compare against
+        return {"missing_ranks": [0]}
+    for r in sorted(held):
         if r == 0:
             continue
-        cmp = compare(ev.params(r), base, rtol=0.0, atol=1e-6, equal_nan=True)
+        cmp = compare(held[r], base, rtol=0.0, atol=1e-6, equal_nan=True)
         if not cmp["close"]:
             return {"rank": r, **cmp}
     return None

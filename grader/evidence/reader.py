@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -56,7 +57,7 @@ def _run_dir_of(path: Path) -> Path:
 class Reader:
     def __init__(self, root: Path, sandboxed: bool):
         self.root, self.sandboxed = root, sandboxed
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.lock = threading.Lock()
 
     def _argv(self) -> tuple[list[str], dict[str, str]]:
@@ -78,7 +79,7 @@ class Reader:
         w = build(policy, cmd, env={"OMP_NUM_THREADS": "1"})
         return w.argv, w.env
 
-    def _start(self) -> subprocess.Popen:
+    def _start(self) -> subprocess.Popen[bytes]:
         if self.proc is None or self.proc.poll() is not None:
             argv, env = self._argv()
             self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -130,12 +131,12 @@ class Reader:
         return _rebuild(header.get("tree"), _tensors(blob))
 
     @staticmethod
-    def _wait(p: subprocess.Popen, deadline: float) -> None:
+    def _wait(p: subprocess.Popen[bytes], deadline: float) -> None:
         left = deadline - time.monotonic()
         if left <= 0 or not select.select([_pipe(p.stdout)], [], [], left)[0]:
             raise TimeoutError
 
-    def _line(self, p: subprocess.Popen, deadline: float) -> bytes:
+    def _line(self, p: subprocess.Popen[bytes], deadline: float) -> bytes:
         """The header line; what came after its newline is the blob's start (``self._rest``)."""
         buf = bytearray()
         fd = _pipe(p.stdout).fileno()
@@ -151,7 +152,7 @@ class Reader:
         self._rest = bytes(buf[i + 1:])
         return bytes(buf[:i])
 
-    def _exactly(self, p: subprocess.Popen, n: int, deadline: float) -> bytes:
+    def _exactly(self, p: subprocess.Popen[bytes], n: int, deadline: float) -> bytes:
         buf = bytearray(getattr(self, "_rest", b""))
         self._rest = b""
         fd = _pipe(p.stdout).fileno()
@@ -216,7 +217,7 @@ _mode: bool | None = None  # set by the grading that judges (``isolated``); None
 
 
 @contextmanager
-def isolated(sandboxed: bool | None):
+def isolated(sandboxed: bool | None) -> Iterator[None]:
     """Readers started inside sandboxed (True) or not (False) as the grading whose runs they read
     was; None leaves it to ``_sandboxed``. Every reader started inside ends on leaving."""
     global _mode

@@ -16,7 +16,10 @@ warm-up, which the checks skip).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from grader.evidence import RunEvidence
 
 PARENT: Literal["parent"] = "parent"
 RANK: Literal["rank"] = "rank"
@@ -32,7 +35,7 @@ class StepTimes:
     seconds: list[float] = field(default_factory=list)
 
 
-def step_times(ev, rank: int) -> StepTimes:
+def step_times(ev: RunEvidence, rank: int) -> StepTimes:
     """The rank's step durations in its last attempt: differences of the parent's receive times
     when every step record carries one, else the rank's own ``dt``."""
     recs = [r for r in ev.events(rank) if r.get("kind") == "step"]

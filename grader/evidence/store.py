@@ -16,11 +16,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grader.evidence.saves import FileOp, FileState
 from harness import rundir
 from harness.store_service import LOG
+
+if TYPE_CHECKING:
+    from grader.evidence import RunEvidence
 
 TIMELINE_TOLERANCE_S = 0.05  # the rank's and the service's clocks are the same machine's
 
@@ -73,7 +76,7 @@ def _within(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def store_objects(ev) -> StoreObjects | None:
+def store_objects(ev: RunEvidence) -> StoreObjects | None:
     """The objects of the run's store over time, each version tied to the traced write its bytes
     came from (None when the run had no store)."""
     log: StoreLog | None = ev.store
@@ -92,7 +95,8 @@ def store_objects(ev) -> StoreObjects | None:
         out.info.update(upload_s_min=round(min(durs), 3), upload_s_max=round(max(durs), 3))
     for p in ok:
         name, path = str(p.get("name")), str(p.get("path") or os.path.join(root, str(p.get("name"))))
-        held, why = _content(ev, p, uploads.get(p.get("id")))
+        uid = p.get("id")
+        held, why = _content(ev, p, uploads.get(uid) if isinstance(uid, int) else None)
         if why:
             out.rejected.append(f"{name} (uploaded at {float(p['t1']):.2f}): {why}")
         events.append((float(p["t1"]), int(p.get("id") or 0), path, held))
@@ -107,10 +111,10 @@ def store_objects(ev) -> StoreObjects | None:
         st.published = True
     # the folder written other than through the store (files a reader of it sees named first)
     ops = [o for o in ev.file_ops if o.path and _within(os.path.realpath(o.path), root)]
-    for o in sorted(ops, key=lambda o: Path(o.path).name.startswith(".")):
+    for o in sorted(ops, key=lambda o: Path(o.dest).name.startswith(".")):
         verb = {"save": "torch.save", "copy": "a file copy", "rename": "a rename",
                 "write": "a DCP write"}.get(o.op, o.op)
-        out.foreign.append(f"{Path(o.path).name} was written there by rank {o.rank} ({verb} at step {o.step})")
+        out.foreign.append(f"{Path(o.dest).name} was written there by rank {o.rank} ({verb} at step {o.step})")
     stop = log.stop or {}
     for f in stop.get("foreign", []):
         if not any(f["name"] in x for x in out.foreign):
@@ -125,24 +129,24 @@ def store_objects(ev) -> StoreObjects | None:
     return out
 
 
-def _content(ev, put: dict[str, Any], client: FileOp | None) -> tuple[FileOp | None, str]:
+def _content(ev: RunEvidence, put: dict[str, Any], client: FileOp | None) -> tuple[FileOp | None, str]:
     """The traced write whose bytes this upload carried, or why that cannot be told. Where the trace
     cannot tell (no traced upload sent it: a writer process the bootstrap never ran in; or its source
     held bytes the trace never saw written), a version of a watched file with the very bytes the
     store received, seen by the parent before the store published them (``grader/evidence/watched.py``)."""
     held, why = _traced(ev, put, client)
     if held is None and why.startswith(_UNTOLD):
-        seen = ev.watched.by_digest(str(put.get("sha256")), float(put["t1"])) if ev.watched and put.get("sha256") \
-            else None
-        if seen is not None:
-            return ev.watched.op(ev, seen), ""
+        w = ev.watched
+        seen = w.by_digest(str(put.get("sha256")), float(put["t1"])) if w and put.get("sha256") else None
+        if w is not None and seen is not None:
+            return w.op(ev, seen), ""
     return held, why
 
 
 _UNTOLD = ("no ArtifactStore.upload traced", "its source ")
 
 
-def _traced(ev, put: dict[str, Any], client: FileOp | None) -> tuple[FileOp | None, str]:
+def _traced(ev: RunEvidence, put: dict[str, Any], client: FileOp | None) -> tuple[FileOp | None, str]:
     if client is None:
         return None, "no ArtifactStore.upload traced in a rank sent it (a request made around the kit's client)"
     t0, t1 = float(put["t0"]), float(put["t1"])

@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import os
 import statistics
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from grader.evidence import RunEvidence
 
 # a duration may exceed the wall time around it by at most this factor plus this many seconds
 # (an upload's own clock starts a moment before the copy's begin record: on a loaded machine the
@@ -31,7 +34,7 @@ DRIFT_S, DRIFT_SHARE = 2.0, 0.1
 EDGE = 5  # step records at each end of an attempt whose lag is compared (medians)
 
 
-def contradictions(ev) -> list[dict[str, Any]]:
+def contradictions(ev: RunEvidence) -> list[dict[str, Any]]:
     """Every contradiction found in one run, as ``{"rank", "what", ...}`` (``what``: a sentence)."""
     out: list[dict[str, Any]] = []
     out += _durations(ev)
@@ -45,7 +48,7 @@ def _too_long(dur: float, wall: float) -> bool:
     return dur > wall * DUR_FACTOR + DUR_SLACK_S
 
 
-def _durations(ev) -> list[dict[str, Any]]:
+def _durations(ev: RunEvidence) -> list[dict[str, Any]]:
     out = []
     for op in list(ev.file_ops) + list(ev.file_loads):
         if op.t_end is None or op.dur is None:
@@ -58,7 +61,7 @@ def _durations(ev) -> list[dict[str, Any]]:
     return out
 
 
-def _uploads(ev, rank: int) -> list[dict[str, Any]]:
+def _uploads(ev: RunEvidence, rank: int) -> list[dict[str, Any]]:
     copies = [op for op in ev.file_ops if op.rank == rank and op.op == "copy" and op.path]
     out = []
     for r in ev.events(rank):
@@ -78,7 +81,7 @@ def _uploads(ev, rank: int) -> list[dict[str, Any]]:
     return out
 
 
-def _clock(ev, rank: int) -> list[dict[str, Any]]:
+def _clock(ev: RunEvidence, rank: int) -> list[dict[str, Any]]:
     recs = [r for r in ev.events(rank) if isinstance(r.get("rt"), (int, float)) and isinstance(r.get("t"), (int, float))]
     if not recs:
         return []

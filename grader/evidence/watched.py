@@ -19,10 +19,14 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grader.evidence.saves import FileOp
 from harness import rundir
 from harness.filewatch import KEPT_DIR, LOG
+
+if TYPE_CHECKING:
+    from grader.evidence import RunEvidence
 
 STEP_SLACK_S = 1.0  # a version may hold a step whose record the parent received this long after it saw it
 _SEQ0 = 10**6  # watched versions' ``seq``, negative: never a traced operation's
@@ -58,7 +62,7 @@ class Watched:
         found = [o for o in self.versions() if o.sha256 == sha256 and o.t <= before]
         return found[-1] if found else None
 
-    def op(self, ev, o: Observation) -> FileOp:
+    def op(self, ev: RunEvidence, o: Observation) -> FileOp:
         if o.index not in self._ops:
             self._ops[o.index] = _as_op(ev, o)
         return self._ops[o.index]
@@ -84,7 +88,7 @@ def read_watched(run_dir: Path, key: str, work_dir: Path) -> Watched | None:
     return out
 
 
-def _rank0_steps(ev) -> list[tuple[float, int, int]]:
+def _rank0_steps(ev: RunEvidence) -> list[tuple[float, int, int]]:
     """(time the parent received it, or the rank's time; attempt; step) of rank 0's step records."""
     out = []
     for r in ev.events(0):
@@ -93,7 +97,7 @@ def _rank0_steps(ev) -> list[tuple[float, int, int]]:
     return sorted(out)
 
 
-def _as_op(ev, o: Observation) -> FileOp:
+def _as_op(ev: RunEvidence, o: Observation) -> FileOp:
     """The version as an operation the checkpoint checks can judge: its fingerprints and keys from
     the kept copy; ``step``, the newest step rank 0 had made when the parent saw it; ``error``, why
     its content cannot be told."""
@@ -122,7 +126,7 @@ def _content(o: Observation) -> tuple[dict[str, float] | None, list[str] | None,
     return saves.tensor_fingerprints(obj), keys, saves.scalar_ints(obj) or None, None
 
 
-def _writing(ev, path: str, t: float) -> bool:
+def _writing(ev: RunEvidence, path: str, t: float) -> bool:
     """A traced write into ``path`` itself was running at ``t``, or had died there before it."""
     for op in ev.file_ops:
         if op.path == path and op.op in ("save", "copy", "write") and op.t_begin <= t:
@@ -131,7 +135,7 @@ def _writing(ev, path: str, t: float) -> bool:
     return False
 
 
-def held_at(ev, path: str, t: float) -> FileOp | None:
+def held_at(ev: RunEvidence, path: str, t: float) -> FileOp | None:
     """What ``path`` (absolute) held at ``t``, as a reader would have found it (docstring above)."""
     st = ev.file_history.get(path)
     traced = st.held_at(t) if st is not None else None

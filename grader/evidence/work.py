@@ -15,10 +15,14 @@ from __future__ import annotations
 import bisect
 import statistics
 from collections import Counter
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from grader.evidence import RunEvidence
 
 
-def _steps_by_attempt(ev, rank: int) -> dict[int, list[dict[str, Any]]]:
+def _steps_by_attempt(ev: RunEvidence, rank: int) -> dict[int, list[dict[str, Any]]]:
     out: dict[int, list[dict[str, Any]]] = {}
     for r in ev.events(rank):
         if r.get("kind") == "step":
@@ -26,12 +30,12 @@ def _steps_by_attempt(ev, rank: int) -> dict[int, list[dict[str, Any]]]:
     return out
 
 
-def _exit(ev, rank: int, attempt: int) -> dict[str, Any] | None:
+def _exit(ev: RunEvidence, rank: int, attempt: int) -> dict[str, Any] | None:
     return next((r for r in ev.events(rank) if r.get("kind") == "exit" and int(r.get("attempt", 0)) == attempt),
                 None)
 
 
-def skipped_at_overflow(ev, rank: int, per_step: int, share: int | None = None) -> int | None:
+def skipped_at_overflow(ev: RunEvidence, rank: int, per_step: int, share: int | None = None) -> int | None:
     """The step K whose iteration the script's own loss scaler skipped, or None. The grading made
     step K's gradients overflow (``[run] overflow_at_step``); a GradScaler's skip is recorded by the
     harness as a (skipped) step, but a hand-written dynamic scaler, as Megatron-LM and DeepSpeed keep,
@@ -57,7 +61,7 @@ def _counted(r: dict[str, Any]) -> bool:
     return isinstance(r.get("backward_rows"), int) and not r.get("backward_blind")
 
 
-def extra_training(ev, rank: int, share: int, per_step: int) -> dict[str, Any] | None:
+def extra_training(ev: RunEvidence, rank: int, share: int, per_step: int) -> dict[str, Any] | None:
     """The first step (any attempt) that trained on more than the effective batch, or None: more
     than ``share`` samples per rank (the rows of the forward passes its backward passes reached), or,
     where some backward pass reached no counted forward call (a loss computed without calling a
@@ -81,12 +85,12 @@ def extra_training(ev, rank: int, share: int, per_step: int) -> dict[str, Any] |
 
 def _over(r: dict[str, Any], share: int, per_step: int) -> bool:
     if _counted(r):
-        return r["backward_rows"] > share
+        return bool(r["backward_rows"] > share)
     n = r.get("backward_passes")
     return isinstance(n, int) and n > per_step
 
 
-def empty_steps(ev, rank: int) -> dict[str, Any] | None:
+def empty_steps(ev: RunEvidence, rank: int) -> dict[str, Any] | None:
     """The first step (any attempt) recorded with no backward pass in its iteration, or None: an
     optimizer step record that trained nothing (a script calling the harness's step hook itself to
     make its steps look like the workload's). A step a GradScaler skipped still ran its backward."""
@@ -97,7 +101,7 @@ def empty_steps(ev, rank: int) -> dict[str, Any] | None:
     return None
 
 
-def median_backward(ev, rank: int) -> float | None:
+def median_backward(ev: RunEvidence, rank: int) -> float | None:
     """The median backward passes per optimizer step of the rank's first attempt, or None where the
     records do not carry the count: what micro-batches are judged by where their samples cannot be
     counted (``samples_per_step`` is None)."""
@@ -106,7 +110,7 @@ def median_backward(ev, rank: int) -> float | None:
     return statistics.median(counts) if counts else None
 
 
-def samples_per_step(ev, rank: int) -> dict[str, Any] | None:
+def samples_per_step(ev: RunEvidence, rank: int) -> dict[str, Any] | None:
     """The median samples the rank's first-attempt steps trained on, and the median of the largest
     forward pass each step's backward passes reached (the micro-batch), over the steps whose samples
     can be counted; None where fewer than half can (then the passes are judged instead)."""
@@ -119,7 +123,7 @@ def samples_per_step(ev, rank: int) -> dict[str, Any] | None:
             "counted_steps": len(counted), "steps": len(steps)}
 
 
-def unread_rows(ev, rank: int) -> dict[str, Any] | None:
+def unread_rows(ev: RunEvidence, rank: int) -> dict[str, Any] | None:
     """The first step at which the rows the rank's model had been fed (outermost forward calls,
     leading dimension of the input) exceeded the samples it had read through the kit's datasets, by
     more than the rows of its largest step (one warm-up or shape-probing forward is forgiven).
@@ -157,7 +161,7 @@ def unread_rows(ev, rank: int) -> dict[str, Any] | None:
     return None
 
 
-def read_ahead(ev, rank: int, dataset: str, per_step: float) -> dict[str, Any] | None:
+def read_ahead(ev: RunEvidence, rank: int, dataset: str, per_step: float) -> dict[str, Any] | None:
     """How far the rank's reads of ``dataset`` ran ahead of what its optimizer steps had consumed,
     in its first attempt: at each step k, the samples read by the time of step k's record less
     ``k * per_step`` (the workload's samples per step and rank, or the rank's own reads per step
@@ -203,7 +207,7 @@ def step_time(rec: dict[str, Any] | None) -> float | None:
     return min(stamps) if stamps else None
 
 
-def _dater(ev, rank: int):
+def _dater(ev: RunEvidence, rank: int) -> Callable[[dict[str, Any]], float]:
     """Per attempt, a function from a ledger record to when it was read, in optimizer steps of
     that attempt (fractional: 2.5 is half-way through step 3's iteration): from the parent's receive
     time against the rank's step records where both have times, else the record's ``s`` (the steps
@@ -235,7 +239,7 @@ def _dater(ev, rank: int):
     return date
 
 
-def evaluation_reads(ev, ds: str, count: int, window: float) -> dict[str, Any]:
+def evaluation_reads(ev: RunEvidence, ds: str, count: int, window: float) -> dict[str, Any]:
     """What the ranks read of an evaluation split ``ds``, whichever rank or process read it: per
     sample, how many evaluations read it (``slots``: a sample read once per evaluation), summed.
 
@@ -249,7 +253,7 @@ def evaluation_reads(ev, ds: str, count: int, window: float) -> dict[str, Any]:
     per_rank: dict[int, int] = {}
     for r in sorted(ev.ranks):
         date = _dater(ev, r)
-        nth: Counter = Counter()
+        nth: Counter[Any] = Counter()
         for rec in ev.ledgers.get(r, []):
             if rec.get("ds") != ds:
                 continue
@@ -271,7 +275,7 @@ def evaluation_reads(ev, ds: str, count: int, window: float) -> dict[str, Any]:
     return {"slots": slots, "distinct": len(reads), "reads": per_rank}
 
 
-def autocast_misses(ev, rank: int, dtype: str) -> dict[str, Any] | None:
+def autocast_misses(ev: RunEvidence, rank: int, dtype: str) -> dict[str, Any] | None:
     """Steps of the rank's last attempt none of whose forward passes ran under autocast ``dtype``."""
     steps = _steps_by_attempt(ev, rank)
     if not steps:
@@ -283,7 +287,7 @@ def autocast_misses(ev, rank: int, dtype: str) -> dict[str, Any] | None:
     missed = [r for r in judged if not (r.get("autocast") or {}).get(dtype)]
     if not missed:
         return None
-    seen: Counter = Counter()
+    seen: Counter[Any] = Counter()
     for r in judged:
         seen.update(r.get("autocast") or {"no forward call": 1})
     return {"steps_without": len(missed), "steps": len(judged), "first_step": int(missed[0]["step"]),

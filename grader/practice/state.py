@@ -220,7 +220,8 @@ def _read_registry(path: Path) -> list[dict[str, str]]:
             or not all(isinstance(w, dict) and isinstance(w.get("path"), str) for w in data["workspaces"]):
         raise PracticeError(f"{path}: not a registry of practice workspaces (format_version "
                             f"{REGISTRY_VERSION} with a list of workspaces expected); {fix}")
-    return data["workspaces"]
+    workspaces: list[dict[str, str]] = data["workspaces"]
+    return workspaces
 
 
 def _write_registry(path: Path, entries: list[dict[str, str]]) -> None:

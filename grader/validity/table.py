@@ -120,7 +120,7 @@ def render(data: dict[str, Any]) -> str:
 def load(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {"format_version": FORMAT_VERSION, "exercises": {}, "corpus": {}}
-    data = json.loads(path.read_text())
+    data: dict[str, Any] = json.loads(path.read_text())
     if data.get("format_version") != FORMAT_VERSION:
         raise SystemExit(f"{path}: format_version {data.get('format_version')} is not {FORMAT_VERSION}")
     return data
