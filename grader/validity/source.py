@@ -13,6 +13,7 @@ import builtins
 import copy
 import textwrap
 from collections.abc import Iterator
+from typing import TypeGuard
 
 Body = list[ast.stmt]
 
@@ -49,7 +50,7 @@ def dotted(node: ast.AST | None) -> str | None:
     return None
 
 
-def is_call(node: ast.AST, *names: str) -> bool:
+def is_call(node: ast.AST | None, *names: str) -> TypeGuard[ast.Call]:
     """A call of one of ``names`` (dotted); a name starting with ``.`` matches any receiver's method."""
     if not isinstance(node, ast.Call):
         return False
@@ -216,7 +217,7 @@ def ddp_assign(tree: ast.AST) -> tuple[str, ast.Assign] | None:
 
 def optimizer_assign(tree: ast.AST) -> tuple[str, ast.Assign] | None:
     for n, s in assigned_from(tree, ".SGD", ".Adam", ".AdamW"):
-        d = dotted(s.value.func) or ""
+        d = (dotted(s.value.func) if isinstance(s.value, ast.Call) else None) or ""  # (assigned from a call)
         if d.startswith(("torch.optim.", "optim.")):
             return n, s
     return None
@@ -236,7 +237,7 @@ def step_stmt(tree: ast.AST) -> ast.Expr | None:
     return None
 
 
-def train_loop(tree: ast.AST) -> ast.For | None:
+def train_loop(tree: ast.AST) -> ast.For | ast.While | None:
     """The innermost loop whose own body holds the optimizer step."""
     s = step_stmt(tree)
     if s is None:

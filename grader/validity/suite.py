@@ -7,9 +7,10 @@ hand-written corpus is (``grader.variants.judge``: the same agreement rule)."""
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Literal
 
@@ -17,8 +18,10 @@ from grader.errors import ManifestError
 from grader.validity.config import MIN_MUTATIONS, MIN_REWRITES, ValidityConfig, config_path, load_config
 from grader.validity.mutations import BY_NAME as MUTATION_FAMILIES
 from grader.validity.mutations import Fix, Skipped, generate
+from grader.validity.mutations.base import Mutant
 from grader.validity.rewrites import BY_NAME as REWRITES_BY_NAME
 from grader.validity.rewrites import REWRITES, compose
+from grader.validity.rewrites.base import Rewrite
 from grader.validity.source import parse, render
 from grader.variants import FORMAT_VERSION, Variant, VariantSpec
 
@@ -82,6 +85,15 @@ def _script(slug: str, root: Path | None, kind: str) -> str:
     return ((ex.solution_dir if kind == "solution" else ex.dir) / ex.manifest.entry).read_text()
 
 
+def _rewritten(r: Rewrite, tree: ast.Module) -> str:
+    """A rewrite's script, made when the case is first graded (listing the suite makes none)."""
+    return render(r.apply(tree))
+
+
+def _mutated(m: Mutant) -> str:
+    return m.source
+
+
 def build(slug: str, root: Path | None = None, ci_only: bool = False) -> Suite:
     """The cases of ``slug``: every rewrite that applies (and is not skipped by the config), all of
     them composed, and every generated mutant with the verdict its config writes down."""
@@ -121,7 +133,7 @@ def build(slug: str, root: Path | None = None, ci_only: bool = False) -> Suite:
             suite.skipped.append(Skipped(f"rewrite {r.name}", cfg.skip_rewrites[r.name]))
         elif r.applies(tree):
             used.append(r.name)
-            suite.cases.append(Case(slug, r.name, "rewrite", r.why, lambda r=r: render(r.apply(tree)),
+            suite.cases.append(Case(slug, r.name, "rewrite", r.why, partial(_rewritten, r, tree),
                                     _valid(r.why, r.name in cfg.ci_rewrites)))
     suite.cases.append(Case(slug, ALL, "rewrite", f"every rewrite that applies, composed: {', '.join(used)}",
                             lambda: render(compose(tree, used)[0]),
@@ -143,7 +155,7 @@ def build(slug: str, root: Path | None = None, ci_only: bool = False) -> Suite:
         spec = VariantSpec(format_version=FORMAT_VERSION, kind="partial", expect="fail", why=exp.why,
                            must_fail=exp.must_fail, says=exp.says, ci=exp.ci,
                            throughput=exp.throughput or ("quick" if "throughput" in exp.must_fail else "skip"))
-        suite.cases.append(Case(slug, m.name, "mutation", m.detail, lambda m=m: m.source, spec, family.breaks))
+        suite.cases.append(Case(slug, m.name, "mutation", m.detail, partial(_mutated, m), spec, family.breaks))
     if ci_only:
         suite.cases = [c for c in suite.cases if c.spec.ci]
     return suite
