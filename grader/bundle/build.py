@@ -53,7 +53,10 @@ STUBS = {"grader.checks": '"""The checks the candidate self-check runs (the bund
          # the evidence reader asks grader.exercises where the kit is (to start its checkpoint reader
          # there); the real module loads every manifest
          "grader.exercises": '"""Where the kit is: the root of the bundle."""\n\nfrom pathlib import Path\n\n\n'
-                             'def kit_root() -> Path:\n    return Path(__file__).resolve().parents[2]  # grader/exercises/__init__.py\n'}
+                             'def kit_root() -> Path:\n    return Path(__file__).resolve().parents[2]  # grader/exercises/__init__.py\n',
+         # the checks name the manifest's types under TYPE_CHECKING only; the real module imports
+         # every check the manifests name (the throughput check's spec among them)
+         "grader.manifest": '"""The manifest types the checks name for type checking; the bundle has no manifests."""\n'}
 
 
 @dataclass
