@@ -5,6 +5,7 @@ epoch only, and catch the collective's timeout and go on."""
 from __future__ import annotations
 
 import ast
+from typing import ClassVar
 
 from grader.validity.mutations.base import Fix, Hunk, Mutant, Mutation, Skipped, problem, word_in
 from grader.validity.source import (
@@ -123,6 +124,11 @@ def _without(source: str, stmt: ast.stmt) -> str:
     raise ValueError(f"no statement at line {stmt.lineno}")
 
 
+def _end(s: ast.stmt) -> int:
+    """A statement's last line (a parsed statement always has one; a built one ends where it starts)."""
+    return s.end_lineno if s.end_lineno is not None else s.lineno
+
+
 def _span(tree: ast.Module, lines: list[str], first: int, last: int,
           docs: set[int]) -> tuple[list[ast.stmt], list[ast.stmt]] | None:
     """The consecutive statements of one body that cover every code line of ``first..last``
@@ -130,14 +136,14 @@ def _span(tree: ast.Module, lines: list[str], first: int, last: int,
     code = {i for i in range(first, last + 1) if lines[i - 1].strip() and not lines[i - 1].strip().startswith("#")}
     best = None
     for body in bodies(tree):
-        idx = [i for i, s in enumerate(body) if s.lineno <= last and s.end_lineno >= first and id(s) not in docs]
+        idx = [i for i, s in enumerate(body) if s.lineno <= last and _end(s) >= first and id(s) not in docs]
         if not idx:
             continue
         cand = body[idx[0]:idx[-1] + 1]
-        covered = {i for s in cand for i in range(s.lineno, s.end_lineno + 1)}
+        covered = {i for s in cand for i in range(s.lineno, _end(s) + 1)}
         if not code <= covered:
             continue
-        size = cand[-1].end_lineno - cand[0].lineno
+        size = _end(cand[-1]) - cand[0].lineno
         if best is None or size <= best[0]:
             best = (size, cand, body)
     return (best[1], best[2]) if best else None
@@ -151,6 +157,8 @@ def _code_lines(lines: list[str], a: int, b: int) -> tuple[int, int] | None:
 
 class _Guarded(Mutation):
     """A hunk's fixed statements under a condition, the broken ones otherwise."""
+
+    where: ClassVar[str]  # the condition, in words ("on rank 0")
 
     def test(self, fix: Fix, stmts: list[ast.stmt]) -> str | None:
         raise NotImplementedError
@@ -168,7 +176,7 @@ class _Guarded(Mutation):
             if got is None:
                 continue
             stmts, body = got
-            first, last = stmts[0].lineno, stmts[-1].end_lineno
+            first, last = stmts[0].lineno, _end(stmts[-1])
             if (first, last) in done or not _in_function(tree, stmts[0]):
                 continue
             # the broken script's lines for the same statements: outside the hunk the files are equal
@@ -177,7 +185,7 @@ class _Guarded(Mutation):
             bstmts = []
             if bfirst <= blast:
                 bgot = _span(btree, fix.broken_lines, bfirst, blast, bdocs)
-                if bgot is None or bgot[0][0].lineno < bfirst or bgot[0][-1].end_lineno > blast:
+                if bgot is None or bgot[0][0].lineno < bfirst or _end(bgot[0][-1]) > blast:
                     skipped.append(Skipped(name, "the broken script's lines there are not whole statements of one "
                                                  "block"))
                     continue
@@ -260,7 +268,7 @@ def _collective_fns(tree: ast.Module) -> set[str]:
 def _guarded_collective_calls(tree: ast.Module) -> list[ast.stmt]:
     """Statements in main calling a collective function under a rank guard (``if master_process``)."""
     main, fns = main_fn(tree), _collective_fns(tree)
-    out = []
+    out: list[ast.stmt] = []
     if main is None:
         return out
     for n in ast.walk(main):
@@ -308,6 +316,7 @@ def _wrap(tree: ast.Module, stmt: ast.stmt) -> None:
                 targets = sorted(stored(s)) if isinstance(s, ast.Assign) else []
                 handler = [snippet(f'{t} = float("nan")')[0] for t in targets] or [ast.Pass()]
                 t = snippet("try:\n    pass\nexcept Exception:\n    pass  # the collective timed out: carry on")[0]
+                assert isinstance(t, ast.Try)
                 t.body, t.handlers[0].body = [s], handler
                 body[i] = t
                 return
