@@ -12,7 +12,7 @@ TORCH_PIP_ARGS ?=
 PY          := $(VENV)/bin/python
 TW          := $(VENV)/bin/trainwreck
 
-.PHONY: setup native bubblewrap browser demo test test-fast lint docs docs-check verify variants variants-ci validity validity-ci ci bench clean adversarial
+.PHONY: setup native bubblewrap browser demo test test-fast lint docs docs-check verify variants variants-ci validity validity-ci ci bench clean adversarial selfcheck
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv --system-site-packages $(VENV)
@@ -54,6 +54,11 @@ test: setup browser
 # the tests that launch no multi-process job: about 2.5 minutes on the 2-core machine (2534 tests)
 test-fast: setup
 	$(PY) -m pytest -m "not slow" -q
+
+# The candidate bundle's self-check both ways for every script exercise (tests/grader/bundle/test_selfcheck.py):
+# about 17 minutes; `make test` runs two of the ten.
+selfcheck: setup
+	TRAINWRECK_SELFCHECK_ALL=1 $(PY) -m pytest tests/grader/bundle/test_selfcheck.py
 
 lint: setup
 	$(VENV)/bin/ruff check .
