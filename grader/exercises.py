@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from grader.manifest import MANIFEST, Manifest, ManifestError, load_manifest
 from grader.scenario import Scenario, load_scenario, manifest_kind
@@ -37,7 +38,8 @@ class Exercise:
         return self.dir / "BRIEF.md"
 
     @property
-    def kind(self) -> str:
+    def kind(self) -> Literal["script"]:
+        # a literal, so that `ex.kind == "script"` narrows an ``Exercise | Scenario`` for the checker
         return "script"
 
 

@@ -105,7 +105,7 @@ class Scenario:
         return self.manifest.slug
 
     @property
-    def kind(self) -> str:
+    def kind(self) -> Literal["scenario"]:
         return "scenario"
 
     @property

@@ -5,6 +5,7 @@ the inputs, the formula, the source and the result, for scripts and for checking
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -52,7 +53,12 @@ def _fmt(key: str, v: float) -> str:
     return f"{v:,.4f}" if abs(v) < 1e6 else f"{v:,.1f}"
 
 
-def _run(fn, **kwargs) -> C.Result:
+_T = TypeVar("_T")
+
+
+def _run(fn: Callable[..., _T], **kwargs: Any) -> _T:
+    """``fn``'s answer (a Result, or the plain figure of a helper such as ``job_mtbf``); bad input
+    is a usage error."""
     try:
         return fn(**kwargs)
     except C.CalcError as e:

@@ -19,6 +19,11 @@ def command(as_json):
     minutes, status), how many of the scripts you have passed, and your practice progress: per
     workspace, passed, attempts, hints used, best throughput score. `trainwreck show SLUG` has an
     exercise's details."""
+    print_list(as_json)
+
+
+def print_list(as_json: bool) -> None:
+    """What `trainwreck list` prints (also `watch`'s key l)."""
     from grader.exercises import discover
 
     found, errors = discover()
@@ -57,9 +62,9 @@ def _practice_rows(hints_total: dict[str, int]) -> list[dict[str, Any]]:
     except PracticeError as e:
         console.warn(str(e))
         return []
-    for path in gone:
-        console.info(f"practice workspace {path} no longer exists; dropped from the list")
-    rows = []
+    for gone_path in gone:
+        console.info(f"practice workspace {gone_path} no longer exists; dropped from the list")
+    rows: list[dict[str, Any]] = []
     for entry in alive:
         path = Path(entry["path"])
         try:

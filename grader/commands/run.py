@@ -76,11 +76,13 @@ def command(target, script_args, nproc, nnodes, rdzv_endpoint, rdzv_id, max_rest
 
         if not (p := probe()).ok:
             raise UserError(p.reason.replace("grade with --no-sandbox (unisolated)", "run without --sandbox"))
-        where = Path(cfg.run_dir).resolve()
+        run_dir = cfg.run_dir
+        assert run_dir is not None, "_config_for always sets the run dir"
+        where = run_dir.resolve()
         if KIT_ROOT in where.parents and KIT_ROOT / ".trainwreck" not in where.parents:
             raise UserError(f"--sandbox: the run dir {where} is inside the kit, where a sandboxed run may not write; "
                             "give --run-dir a folder outside it")
-        cfg.sandbox, cfg.cwd = True, cfg.run_dir / "work"
+        cfg.sandbox, cfg.cwd = True, run_dir / "work"
     with console.live_progress(enabled=not (as_json or tee)) as on_progress:
         res = launch(cfg, on_progress=console.stall_notices(on_progress), tee=console.rank_line if tee else None)
     prof = read_profile(res.run_dir) if profile else None
@@ -88,7 +90,7 @@ def command(target, script_args, nproc, nnodes, rdzv_endpoint, rdzv_id, max_rest
         console.emit_json({**res.to_json(), **({"profile": prof} if profile else {})})
     else:
         console.run_summary(res)
-        if profile:
+        if prof is not None:  # read when --profile was given
             console.profile_table(prof)
     sys.exit(EXIT_OK if res.ok else EXIT_FAIL)
 

@@ -3,9 +3,15 @@ constraints and the files the candidate is handed), the brief word-wrapped at th
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from grader import console
+
+if TYPE_CHECKING:  # imported when the command runs: `trainwreck --help` stays quick
+    from grader.exercises import Exercise
+    from grader.scenario import Scenario
 
 
 @click.command("show")
@@ -15,17 +21,26 @@ def command(slug):
     from grader.exercises import find
 
     ex = find(slug)
-    m = ex.manifest
     if ex.kind == "scenario":
-        console.table(m.title, ["fact", "value"], [
-            ["slug", m.slug], ["kind", "design scenario (scored by the interviewer)"], ["situation", m.summary],
-            ["difficulty", m.difficulty], ["time budget", f"{m.minutes} min"], ["topics", ", ".join(m.topics)],
-            ["deliverable", m.deliverable], ["files", ", ".join(m.files)],
-        ])
-        for name in ("BRIEF.md", "CONSTRAINTS.md"):
-            if (ex.dir / name).exists():
-                _brief((ex.dir / name).read_text())
-        return
+        _scenario(ex)
+    else:
+        _script(ex)
+
+
+def _scenario(ex: Scenario) -> None:
+    m = ex.manifest
+    console.table(m.title, ["fact", "value"], [
+        ["slug", m.slug], ["kind", "design scenario (scored by the interviewer)"], ["situation", m.summary],
+        ["difficulty", m.difficulty], ["time budget", f"{m.minutes} min"], ["topics", ", ".join(m.topics)],
+        ["deliverable", m.deliverable], ["files", ", ".join(m.files)],
+    ])
+    for name in ("BRIEF.md", "CONSTRAINTS.md"):
+        if (ex.dir / name).exists():
+            _brief((ex.dir / name).read_text())
+
+
+def _script(ex: Exercise) -> None:
+    m = ex.manifest
     console.table(m.title, ["fact", "value"], [
         ["slug", m.slug], ["symptom", m.symptom], ["difficulty", m.difficulty],
         ["time budget", f"{m.minutes} min"], ["topics", ", ".join(m.topics)],

@@ -58,14 +58,14 @@ def command(slugs, device, out, as_json, variants, validity, ci_only, cases, lis
     from grader.verify import Verification, verify
 
     found, errors = discover()
-    found = [e for e in found if e.kind == "script"]  # a design scenario has nothing to verify
+    scripts = [e for e in found if e.kind == "script"]  # a design scenario has nothing to verify
     if slugs:
-        found, errors = [find(s) for s in slugs], []
-    if not found and not errors:
+        scripts, errors = [find(s) for s in slugs], []
+    if not scripts and not errors:
         raise UserError("no exercises found")
     out = (out or Path(".trainwreck") / "verify" / datetime.now().strftime("%Y%m%d-%H%M%S")).resolve()
     report = [Verification.unloadable(e) for e in errors]
-    for ex in found:
+    for ex in scripts:
         v = verify(ex, out / ex.slug, device=device, progress=console.info, sandbox=not no_sandbox)
         report.append(v)
         if not as_json:

@@ -77,7 +77,7 @@ def _shown(ws, clear: bool, keys: bool, verbose: bool = False):
                 if ev["key"] == "h":
                     show.hints(hints(ws, unfold=True), listing=False)
                 elif ev["key"] == "l":
-                    listing.command.callback(as_json=False)
+                    listing.print_list(as_json=False)
                 else:
                     console.info(f"keys: {', '.join(f'{k} {what}' for k, what in KEYS.items())}")
             except (PracticeError, SessionError) as e:
