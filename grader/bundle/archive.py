@@ -21,7 +21,6 @@ import zlib
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
 
 from grader.sessions.errors import SessionError
 
@@ -47,7 +46,7 @@ class StreamTooLong(Exception):
 class _Capped(io.RawIOBase):
     """A read-only stream that fails once more than ``cap`` bytes have been read from it."""
 
-    def __init__(self, inner: BinaryIO, cap: int):
+    def __init__(self, inner: io.BufferedIOBase, cap: int):
         self.inner, self.cap, self.seen = inner, cap, 0
 
     def readable(self) -> bool:

@@ -219,8 +219,8 @@ def build(slugs: list[str], out: Path, session_id: str | None = None) -> BundleR
             out.parent.mkdir(parents=True, exist_ok=True)
             top = out.name[: -len(".tar.gz")]
             with tarfile.open(out, "w:gz") as tar:
-                for rel in listing:
-                    tar.add(folder / rel, arcname=f"{top}/{rel}", recursive=False)
+                for member in listing:
+                    tar.add(folder / member, arcname=f"{top}/{member}", recursive=False)
         size = out.stat().st_size if archive else sum((folder / r).stat().st_size for r in listing)
     finally:
         if archive:

@@ -168,11 +168,11 @@ def survives_overflow(spec: Spec, main: RunEvidence) -> CheckResult | None:
             return CheckResult(name, False, f"rank {r} left no final parameters to look at", {"rank": r})
         bad[r] = [k for k, t in params.items() if not bool(torch.isfinite(t).all())]
     evidence = {"overflow_at_step": at, "non_finite": {r: v for r, v in bad.items() if v}}
-    r = next((r for r, v in bad.items() if v), None)
-    if r is not None:
+    nan_rank = next((r for r, v in bad.items() if v), None)
+    if nan_rank is not None:
         return CheckResult(name, False, f"the gradients of step {at} overflowed (inf, as fp16 leaves them) and "
-                           f"rank {r}'s final parameters hold NaN or inf in {len(bad[r])} tensors (first "
-                           f"{bad[r][0]}): the overflowed step was applied", evidence)
+                           f"rank {nan_rank}'s final parameters hold NaN or inf in {len(bad[nan_rank])} tensors "
+                           f"(first {bad[nan_rank][0]}): the overflowed step was applied", evidence)
     return CheckResult(name, True, f"the gradients of step {at} overflowed (inf on every rank) and every rank's "
                        "final parameters are finite: the step was skipped", evidence)
 
@@ -186,7 +186,7 @@ def judge_all(spec: Spec, raw: dict, folder: Path, out: Path) -> list[CheckResul
         for req in check_module(c.name).runs(c, spec):
             plan.add(req)
     runs = {name: run_once(spec, folder / spec.entry, req, out / name) for name, req in plan.runs.items()}
-    ctx = Context(spec, runs, changed)  # type: ignore[arg-type]  (the checks read only what Spec holds)
+    ctx = Context(spec, runs, changed)  # type: ignore[arg-type]  # the checks read only what Spec holds
     results: list[CheckResult] = []
     for c in spec.checks:
         r = check_module(c.name).judge(c, ctx)
