@@ -25,7 +25,7 @@ Progress = Callable[[str], None]
 
 
 def unified_diff(before: dict[str, str], after: dict[str, str], a_label: str, b_label: str) -> str:
-    out = []
+    out: list[str] = []
     for name in sorted(set(before) | set(after)):
         a, b = before.get(name, ""), after.get(name, "")
         if a == b:

@@ -41,11 +41,11 @@ class Calibration:
     def summary(self) -> dict[str, Any]:
         """Over the leaves at least two interviewers scored: the share scored identically and the
         share within one level."""
-        compared = [d for d in self.dimensions if d.leaf and d.spread is not None]
-        n = len(compared)
+        spreads = [d.spread for d in self.dimensions if d.leaf and d.spread is not None]
+        n = len(spreads)
         return {"leaves_compared": n,
-                "exact": round(sum(d.spread == 0 for d in compared) / n, 3) if n else None,
-                "within_one": round(sum(d.spread <= 1 for d in compared) / n, 3) if n else None,
+                "exact": round(sum(s == 0 for s in spreads) / n, 3) if n else None,
+                "within_one": round(sum(s <= 1 for s in spreads) / n, 3) if n else None,
                 "flagged": [d.id for d in self.flagged]}
 
     def to_json(self) -> dict[str, Any]:

@@ -84,6 +84,7 @@ def check_rows(attempts: list[Attempt]) -> list[CheckRow]:
     done = [a for a in attempts if a.status == "done" and a.result]
     names: list[str] = []
     for a in done:
+        assert a.result is not None, "done holds only attempts with a result"
         for c in a.result.get("checks", []):
             if c["name"] not in names:
                 names.append(c["name"])

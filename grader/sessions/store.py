@@ -175,6 +175,7 @@ class Store:
                             "diff, pid, host) VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)",
                             (sid, slug, n, at or now(), sha256, dumps(files), diff, os.getpid(), socket.gethostname()))
             aid = cur.lastrowid
+        assert aid is not None, "sqlite sets lastrowid after an INSERT"
         return self.attempt(aid)
 
     def finish_attempt(self, aid: int, status: str, result: dict[str, Any] | None = None,
