@@ -88,7 +88,7 @@ def image_type(head: bytes, name: str) -> str | None:
 
 def alt_texts(answer: str | None) -> dict[str, str]:
     """``![alt](path)`` in the candidate's written answer: their own words for each image."""
-    out = {}
+    out: dict[str, str] = {}
     for alt, target in _MARKDOWN_IMAGE.findall(answer or ""):
         out.setdefault(str(PurePosixPath(target.removeprefix("./"))), " ".join(alt.split()))
     return out

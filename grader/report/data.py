@@ -196,7 +196,7 @@ def _plots(view: ExerciseView, with_pixels: bool) -> list[Plot]:
 
 def _dimensions(rubric: Rubric, view: ExerciseView, cal: Calibration) -> list[DimensionRow]:
     scored = {sh.interviewer: rubric.score({k: v for k, v in sh.level_map().items()
-                                            if rubric.dimension(k) and rubric.dimension(k).is_leaf
+                                            if (dim := rubric.dimension(k)) is not None and dim.is_leaf
                                             and v in rubric.levels})
               for sh in view.sheets}
     agreement = {d.id: d for d in cal.dimensions}
@@ -294,14 +294,12 @@ def compare(store: Store, refs: list[str], slug: str | None = None) -> Compariso
                                "name the one to compare with --exercise")
         slug = common.pop()
     rows, checks = [], []
-    rubric = None
     for s in sessions:
         sv = session_view(store, s.id)
         ev = next((e for e in sv.exercises if e.exercise.slug == slug), None)
         if ev is None:
             raise SessionError(f"session {s.id} ({s.candidate}) has no exercise {slug!r}; compare sessions on the same exercise")
         er = exercise_report(s, ev, with_pixels=False)
-        rubric = rubric or er.rubric
         first = next((a for a in ev.done if a.passed), None)
         overall = [v for v in er.calibration.overall.values() if v is not None]
         top = {}
@@ -313,4 +311,5 @@ def compare(store: Store, refs: list[str], slug: str | None = None) -> Compariso
                 checks.append(c["name"])
         rows.append(CompareRow(s, er, _offset(s, first.started_at) if first else None,
                                sum(overall) / len(overall) if overall else None, top))
-    return Comparison(slug, rows[0].exercise.view.exercise.title, rubric, checks, rows, models_now())
+    first_report = rows[0].exercise  # the first session's title and rubric head the comparison
+    return Comparison(slug, first_report.view.exercise.title, first_report.rubric, checks, rows, models_now())
