@@ -181,7 +181,7 @@ def untraced_writes(run: str, run_dir: Path, key: str) -> list[Flag]:
 
 def traffic_disagreement(run: str, run_dir: Path, key: str) -> list[Flag]:
     """The collective trace against the bytes the run's loopback carried (sandboxed runs on gloo)."""
-    ranks = rundir.ranks_in(run_dir)
+    ranks = list(rundir.ranks_in(run_dir))  # read twice: a generator would leave the trace unread
     samples = [s for r in ranks for s in rundir.read_records(rundir.rank_dir(run_dir, r) / PROC_SAMPLES, key).valid]
     colls = [c for r in ranks for c in rundir.read_records(rundir.rank_dir(run_dir, r) / rundir.COLLECTIVES, key).valid]
     what = traffic.disagreement(traffic.measure(samples, colls))

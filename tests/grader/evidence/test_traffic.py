@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from grader import crosscheck
 from grader.checks import Context, run_check
 from grader.evidence import load_run, traffic
 from harness import rundir
 from harness.isolation import PROC_SAMPLES
 from tests.grader.fakes import FakeManifest, spec
-from tests.grader.rundirs import RunDirBuilder
+from tests.grader.rundirs import KEY, RunDirBuilder
 
 MB = 2**20
 
@@ -67,3 +68,11 @@ def test_collectives_per_step_fails_on_the_parents_count(tmp_path, sent, passed)
     assert c.evidence["traffic"]["claimed"] == 76 * MB
     if not passed:
         assert "collectives claimed that never sent their data" in c.message, c.message
+
+
+def test_the_flag_reaches_the_interviewer_from_the_run_dir(tmp_path):
+    """crosscheck.traffic_disagreement reads both ranks' samples and both ranks' traces (a generator
+    of ranks read twice left the traces unread, and no run was ever flagged)."""
+    assert crosscheck.traffic_disagreement("main", _run(tmp_path / "honest", MB, 2 * MB), KEY) == []
+    found = crosscheck.traffic_disagreement("main", _run(tmp_path / "forged", MB, 1000), KEY)
+    assert [f.kind for f in found] == ["disagree"] and "never sent their data" in found[0].what
