@@ -35,10 +35,10 @@ def test_the_suite_covers_the_issue():
     assert len({c.exercise for c in CASES}) >= 3
     assert set(SLUGS) == {c.klass for c in CASES}
     # issue 25's classes: held records, faults removed, internals by computed names, roles told apart,
-    # claims of another rank, attempt or time
+    # claims of another rank, attempt or time, collectives claimed that never crossed the wire
     assert {"hold-records-stall", "hold-records-leak", "disarm-kill", "walk-objects", "decoy-takes-the-kill",
             "computed-names", "fix-when-graded", "fast-when-timed", "restart-role-tricks", "child-claims-rank",
-            "ahead-of-time"} <= set(ids)
+            "ahead-of-time", "forge-collectives"} <= set(ids)
 
 
 def test_compose_refuses_a_script_it_cannot_splice():
