@@ -48,8 +48,9 @@ browser:
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 		echo "chromium could not be installed: the report's browser test will skip" >&2
 
+# the 25 slowest tests are listed at the end: where CI's hour goes
 test: setup browser
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=25
 
 # the tests that launch no multi-process job: about 2.5 minutes on the 2-core machine (2534 tests)
 test-fast: setup
