@@ -5,9 +5,29 @@ job it runs is the same job, ``applies(tree)`` (the script has what it changes) 
 from __future__ import annotations
 
 import ast
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 from grader.validity.source import clone
+
+_T = TypeVar("_T")
+
+
+class MissingNode(RuntimeError):
+    """``change`` did not find what ``applies`` found: a bug in the rewrite, not in the script."""
+
+
+def found(value: _T | None, what: str) -> _T:
+    """What ``applies`` already found (``apply`` runs ``change`` only where it did), typed as present."""
+    if value is None:
+        raise MissingNode(f"{what} is missing, though applies() found it")
+    return value
+
+
+def found_as(node: object, kind: type[_T], what: str) -> _T:
+    """``node`` as the kind of node ``applies`` (or the rewrite's own snippet) makes sure it is."""
+    if not isinstance(node, kind):
+        raise MissingNode(f"{what} is a {type(node).__name__}, not the {kind.__name__} applies() found")
+    return node
 
 
 class Rewrite:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 
-from grader.validity.rewrites.base import Rewrite
+from grader.validity.rewrites.base import Rewrite, found, found_as
 from grader.validity.source import (
     add_import,
     ddp_assign,
@@ -48,8 +48,8 @@ class WrapModel(Rewrite):
         return self._at(tree) is not None
 
     def change(self, tree: ast.Module) -> None:
-        at, cls = self._at(tree), fresh(tree, "TrainedModel")
-        main_fn(tree).body.insert(at, snippet(f"model = {cls}(model)")[0])
+        at, cls = found(self._at(tree), "the container's place in main"), fresh(tree, "TrainedModel")
+        found(main_fn(tree), "main").body.insert(at, snippet(f"model = {cls}(model)")[0])
         insert_module_defs(tree, snippet(f'''
             class {cls}(torch.nn.Module):
                 """The job's model inside a container of the team's own: its parameters are named inner.*."""
@@ -128,20 +128,20 @@ class TrainerClass(Rewrite):
         return bool(self._fields(tree))
 
     def change(self, tree: ast.Module) -> None:
-        main, fields = main_fn(tree), self._fields(tree)
+        main, fields = found(main_fn(tree), "main"), found(self._fields(tree), "main's locals")
         cls = fresh(tree, "Trainer")
         body = main.body
         doc = body[:1] if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else []
         body = body[len(doc):]
         out = [_ToSelf(fields).visit(s) for s in body]
-        klass = snippet(f'''
+        klass = found_as(snippet(f'''
             class {cls}:
                 """The training job: its set-up and step loop, run once, with the job's state as attributes."""
 
                 def run(self) -> None:
                     pass
-            ''')[0]
-        klass.body[1].body = out
+            ''')[0], ast.ClassDef, "the Trainer class")
+        found_as(klass.body[1], ast.FunctionDef, "Trainer.run").body = out
         main.body = doc + snippet(f"{cls}().run()")
         insert_module_defs(tree, [klass])
 
@@ -166,18 +166,18 @@ class StepFunction(Rewrite):
         return main_fn(tree) is not None and self._loop(tree) is not None
 
     def change(self, tree: ast.Module) -> None:
-        loop, main = self._loop(tree), main_fn(tree)
+        loop, main = found(self._loop(tree), "the batch loop"), found(main_fn(tree), "main")
         fn, batch = fresh(tree, "train_step"), fresh(tree, "batch")
-        shared = set(stored(loop.target))
+        bound = set(stored(loop.target))
         for s in loop.body:
-            shared |= {n.id for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-        shared = sorted(shared)
+            bound |= {n.id for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        shared = sorted(bound)
         # nonlocal needs a binding in main: a name only the loop binds is bound to None before it
         prebind = [n for n in shared if not _bound_outside(main, loop, n)]
-        defn = snippet(f"def {fn}({batch}):\n    pass")[0]
-        defn.body = ([ast.Nonlocal(shared)] if shared else []) + [
-            ast.Assign([loop.target], ast.Name(batch, ast.Load()))] + loop.body
-        body, i = locate(tree, loop)
+        defn = found_as(snippet(f"def {fn}({batch}):\n    pass")[0], ast.FunctionDef, "the step function")
+        declared: list[ast.stmt] = [ast.Nonlocal(shared)] if shared else []
+        defn.body = declared + [ast.Assign([loop.target], ast.Name(batch, ast.Load()))] + loop.body
+        body, i = found(locate(tree, loop), "the batch loop's place")
         loop.target = ast.Name(batch, ast.Store())
         loop.body = snippet(f"{fn}({batch})")
         body[i:i] = [snippet(f"{n} = None")[0] for n in prebind] + [defn]
@@ -225,9 +225,9 @@ class WhileLoop(Rewrite):
         return isinstance(loop, ast.For) and not loop.orelse
 
     def change(self, tree: ast.Module) -> None:
-        loop = batch_loop(tree)
+        loop = found_as(batch_loop(tree), ast.For, "the batch loop")
         it = fresh(tree, "batches_left")
-        body, i = locate(tree, loop)
+        body, i = found(locate(tree, loop), "the batch loop's place")
         new = snippet(f'''
             {it} = iter(ITERABLE)
             while True:
@@ -236,9 +236,12 @@ class WhileLoop(Rewrite):
                 except StopIteration:
                     break
             ''')
-        new[0].value.args = [loop.iter]
-        new[1].body[0].body[0].targets = [loop.target]
-        new[1].body += loop.body
+        start = found_as(found_as(new[0], ast.Assign, "iter()").value, ast.Call, "iter()")
+        start.args = [loop.iter]
+        while_ = found_as(new[1], ast.While, "the while loop")
+        try_ = found_as(while_.body[0], ast.Try, "the try around next()")
+        found_as(try_.body[0], ast.Assign, "TARGET = next()").targets = [loop.target]
+        while_.body += loop.body
         body[i:i + 1] = new
 
 
@@ -251,10 +254,10 @@ class ConfigDataclass(Rewrite):
                          len(tree.body))
         out = [s for s in tree.body[:first_def] if isinstance(s, ast.Assign) and len(s.targets) == 1
                and isinstance(s.targets[0], ast.Name) and is_constant_name(s.targets[0].id)]
-        consts = {s.targets[0].id for s in out}
+        consts = {_target(s) for s in out}
         rebound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
                    and n.id in consts}
-        if any(sum(1 for s in out if s.targets[0].id == c) > 1 for c in rebound):
+        if any(sum(1 for s in out if _target(s) == c) > 1 for c in rebound):
             return []
         return out
 
@@ -265,29 +268,35 @@ class ConfigDataclass(Rewrite):
         consts = self._constants(tree)
         dataclasses = add_import(tree, "dataclasses")
         cls, inst = fresh(tree, "TrainConfig"), fresh(tree, "CFG")
-        fields = {s.targets[0].id: s.targets[0].id.lower() for s in consts}
-        klass = snippet(f'''
+        fields = {_target(s): _target(s).lower() for s in consts}
+        klass = found_as(snippet(f'''
             @{dataclasses}.dataclass(frozen=True)
             class {cls}:
                 """The job's settings."""
-            ''')[0]
+            ''')[0], ast.ClassDef, "the config class")
         for s in consts:
             value = _FieldRefs(fields, None).visit(s.value)  # earlier fields, by their class-body names
             ann = {int: "int", float: "float", str: "str", bool: "bool"}.get(
                 type(value.value), "object") if isinstance(value, ast.Constant) else (
                 "tuple" if isinstance(value, ast.Tuple) else "object")
             if isinstance(value, (ast.List, ast.Dict, ast.Set)):
-                value = expr(f"{dataclasses}.field(default_factory=lambda: None)")
-                value.keywords[0].value.body = s.value
-            klass.body.append(ast.AnnAssign(ast.Name(fields[s.targets[0].id], ast.Store()), ast.Name(ann, ast.Load()),
+                factory = found_as(expr(f"{dataclasses}.field(default_factory=lambda: None)"), ast.Call,
+                                   "dataclasses.field()")
+                found_as(factory.keywords[0].value, ast.Lambda, "the default factory").body = s.value
+                value = factory
+            klass.body.append(ast.AnnAssign(ast.Name(fields[_target(s)], ast.Store()), ast.Name(ann, ast.Load()),
                                             value, simple=1))
         at = tree.body.index(consts[0])
         for s in consts:
             tree.body.remove(s)
-        rest = tree.body[at:]
-        for s in rest:
-            _FieldRefs(fields, inst).visit(s)
+        for later in tree.body[at:]:
+            _FieldRefs(fields, inst).visit(later)
         tree.body[at:at] = [klass, *snippet(f"{inst} = {cls}()")]
+
+
+def _target(const: ast.Assign) -> str:
+    """The name a module constant is assigned to (``_constants`` keeps only ``NAME = ...``)."""
+    return found_as(const.targets[0], ast.Name, "a constant's name").id
 
 
 class _FieldRefs(ast.NodeTransformer):
@@ -328,7 +337,7 @@ class ModelBeforeData(Rewrite):
         return self._blocks(tree) is not None
 
     def change(self, tree: ast.Module) -> None:
-        d0, m0, m1 = self._blocks(tree)
-        body = main_fn(tree).body
+        d0, m0, m1 = found(self._blocks(tree), "main's data and model blocks")
+        body = found(main_fn(tree), "main").body
         body[d0:m1] = body[m0:m1] + body[d0:m0]
 
