@@ -30,6 +30,11 @@ def found_as(node: object, kind: type[_T], what: str) -> _T:
     return node
 
 
+def found_call(stmt: object, what: str) -> ast.Call:
+    """The call an expression statement (``f(x)`` on a line of its own) makes."""
+    return found_as(found_as(stmt, ast.Expr, what).value, ast.Call, what)
+
+
 class Rewrite:
     name: ClassVar[str]
     why: ClassVar[str]  # one line: why the rewritten script trains the same model on the same data

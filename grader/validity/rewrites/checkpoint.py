@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 import builtins
 
-from grader.validity.rewrites.base import Rewrite
+from grader.validity.rewrites.base import Rewrite, found, found_as, found_call
 from grader.validity.source import (
     add_import,
     bodies,
@@ -37,6 +37,20 @@ def _reads(tree: ast.Module) -> list[ast.Subscript]:
             and n.value.id in loads and isinstance(n.slice, ast.Constant) and isinstance(n.slice.value, str)]
 
 
+def _keys(d: ast.Dict) -> list[ast.Constant]:
+    """A checkpoint dict's keys (``checkpoint_dicts`` keeps only dicts whose keys are all strings)."""
+    return [found_as(k, ast.Constant, "a checkpoint key") for k in d.keys]
+
+
+def _read_key(r: ast.Subscript) -> ast.Constant:
+    """The key ``ckpt["key"]`` reads (``_reads`` keeps only string keys)."""
+    return found_as(r.slice, ast.Constant, "a checkpoint read's key")
+
+
+def _text(key: ast.Constant) -> str:
+    return found_as(key.value, str, "a checkpoint key's text")
+
+
 class CheckpointKeys(Rewrite):
     name = "checkpoint-keys"
     why = "the checkpoint's keys are renamed where it is written and where the resume reads it: the same state under other names"
@@ -46,10 +60,11 @@ class CheckpointKeys(Rewrite):
 
     def change(self, tree: ast.Module) -> None:
         for d in checkpoint_dicts(tree):
-            for k in d.keys:
-                k.value = KEYS.get(k.value, f"saved_{k.value}")
+            for k in _keys(d):
+                k.value = KEYS.get(_text(k), f"saved_{_text(k)}")
         for r in _reads(tree):
-            r.slice.value = KEYS.get(r.slice.value, f"saved_{r.slice.value}")
+            key = _read_key(r)
+            key.value = KEYS.get(_text(key), f"saved_{_text(key)}")
 
 
 class CheckpointNested(Rewrite):
@@ -62,19 +77,20 @@ class CheckpointNested(Rewrite):
     def change(self, tree: ast.Module) -> None:
         group: dict[str, str] = {}
         for d in checkpoint_dicts(tree):
-            state = [(k, v) for k, v in zip(d.keys, d.values) if is_call(v, ".state_dict")]
-            rest = [(k, v) for k, v in zip(d.keys, d.values) if not is_call(v, ".state_dict")]
+            state = [(k, v) for k, v in zip(_keys(d), d.values) if is_call(v, ".state_dict")]
+            rest = [(k, v) for k, v in zip(_keys(d), d.values) if not is_call(v, ".state_dict")]
             for k, _ in state:
-                group[k.value] = "state"
+                group[_text(k)] = "state"
             for k, _ in rest:
-                group[k.value] = "progress"
-            d.keys = [ast.Constant("state")] + ([ast.Constant("progress")] if rest else [])
-            d.values = [ast.Dict([k for k, _ in state], [v for _, v in state])] + (
-                [ast.Dict([k for k, _ in rest], [v for _, v in rest])] if rest else [])
+                group[_text(k)] = "progress"
+            d.keys = [ast.Constant("state"), *([ast.Constant("progress")] if rest else [])]
+            d.values = [ast.Dict([k for k, _ in state], [v for _, v in state]),
+                        *([ast.Dict([k for k, _ in rest], [v for _, v in rest])] if rest else [])]
         for r in _reads(tree):
-            if r.slice.value in group:
-                r.value = ast.Subscript(ast.Name(r.value.id, ast.Load()), ast.Constant(group[r.slice.value]),
-                                        ast.Load())
+            key = _text(_read_key(r))
+            if key in group:
+                ckpt = found_as(r.value, ast.Name, "the loaded checkpoint's name")
+                r.value = ast.Subscript(ast.Name(ckpt.id, ast.Load()), ast.Constant(group[key]), ast.Load())
 
 
 class CheckpointRng(Rewrite):
@@ -122,23 +138,24 @@ class SaveViaBytes(Rewrite):
                 if not any(s is x for x in saves):
                     continue
                 buf, f = fresh(tree, "buf"), fresh(tree, "fh")
-                obj, dest = s.value.args
+                obj, dest = found_call(s, "torch.save()").args
                 if isinstance(dest, ast.Name) and dest.id in files:  # already an open file
-                    new = snippet(f"""
+                    new = found_as(snippet(f"""
                         with {io}.BytesIO() as {buf}:
                             torch.save(OBJ, {buf})
                             DEST.write({buf}.getvalue())
-                        """)[0]
-                    new.body[1].value.func.value = dest
+                        """)[0], ast.With, "the BytesIO block")
+                    found_as(found_call(new.body[1], "DEST.write()").func, ast.Attribute, "DEST.write").value = dest
                 else:
-                    new = snippet(f"""
+                    new = found_as(snippet(f"""
                         with {io}.BytesIO() as {buf}:
                             torch.save(OBJ, {buf})
                             with open(DEST, "wb") as {f}:
                                 {f}.write({buf}.getvalue())
-                        """)[0]
-                    new.body[1].items[0].context_expr.args[0] = dest
-                new.body[0].value.args[0] = obj
+                        """)[0], ast.With, "the BytesIO block")
+                    opened = found_as(new.body[1], ast.With, "the with open() block").items[0].context_expr
+                    found_as(opened, ast.Call, "open()").args[0] = dest
+                found_call(new.body[0], "torch.save()").args[0] = obj
                 body[i] = new
 
 
@@ -158,9 +175,9 @@ class DdpStateDict(Rewrite):
         return bool(self._calls(tree))
 
     def change(self, tree: ast.Module) -> None:
-        ddp = ddp_assign(tree)[0]
+        ddp = found(ddp_assign(tree), "the DDP wrapper")[0]
         for c in self._calls(tree):
-            c.func.value = ast.Name(ddp, ast.Load())
+            found_as(c.func, ast.Attribute, "raw_model's method").value = ast.Name(ddp, ast.Load())
 
 
 CONTINUES = ("os.replace", "os.rename", "os.fsync", "os.open", "os.close", ".replace")
@@ -275,14 +292,15 @@ class _WriteOffLoop(Rewrite):
             site.save.args[0] = ast.Name(state, ast.Load())
             made = set().union(*(stored(s) for s in stmts))
             params = sorted(set().union(*(loaded(s) for s in stmts)) - made - glob - {state})
-            defn = snippet(f"def {fn}({', '.join([state, *params])}):\n    pass")[0]
+            defn = found_as(snippet(f"def {fn}({', '.join([state, *params])}):\n    pass")[0], ast.FunctionDef,
+                            "the write function")
             defn.body = stmts
             defs.append(defn)
             call = snippet(f"{inst}.submit({fn}, {copy}(OBJ), {', '.join(params)})")[0]
-            call.value.args[1].args[0] = obj
+            found_as(found_call(call, "submit()").args[1], ast.Call, "the snapshot call").args[0] = obj
             site.body[site.start:site.stop] = [call]
         insert_module_defs(tree, defs)
-        main = main_fn(tree)
+        main = found(main_fn(tree), "main")
         end = next((i for i, s in enumerate(main.body) if isinstance(s, ast.Expr)
                     and is_call(s.value, "dist.destroy_process_group")), len(main.body))
         main.body.insert(end, snippet(f"{inst}.wait()")[0])
