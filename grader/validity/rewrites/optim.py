@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 
-from grader.validity.rewrites.base import Rewrite
+from grader.validity.rewrites.base import Rewrite, found, found_as
 from grader.validity.source import (
     add_import,
     ddp_assign,
@@ -28,8 +28,8 @@ class ParamGroups(Rewrite):
         opt = optimizer_assign(tree)
         if opt is None:
             return None
-        c = opt[1].value
-        if c.args and is_call(c.args[0], ".parameters") and not c.args[0].args:
+        c = opt[1].value  # a call: optimizer_assign finds `name = <optimizer>(...)`
+        if isinstance(c, ast.Call) and c.args and is_call(c.args[0], ".parameters") and not c.args[0].args:
             return c
         return None
 
@@ -37,13 +37,16 @@ class ParamGroups(Rewrite):
         return self._call(tree) is not None
 
     def change(self, tree: ast.Module) -> None:
-        c = self._call(tree)
-        model = c.args[0].func.value
+        c = found(self._call(tree), "the optimizer's call")
+        model = found_as(found_as(c.args[0], ast.Call, "M.parameters()").func, ast.Attribute, "M.parameters").value
         p = fresh(tree, "p")
-        groups = expr(f'[{{"params": [{p} for {p} in M.parameters() if {p}.ndim < 2]}}, '
-                      f'{{"params": [{p} for {p} in M.parameters() if {p}.ndim >= 2]}}]')
+        groups = found_as(expr(f'[{{"params": [{p} for {p} in M.parameters() if {p}.ndim < 2]}}, '
+                               f'{{"params": [{p} for {p} in M.parameters() if {p}.ndim >= 2]}}]'),
+                          ast.List, "the parameter groups")
         for d in groups.elts:
-            d.values[0].generators[0].iter.func.value = model
+            params = found_as(found_as(d, ast.Dict, "a parameter group").values[0], ast.ListComp, "a group's params")
+            each = found_as(params.generators[0].iter, ast.Call, "M.parameters()")
+            found_as(each.func, ast.Attribute, "M.parameters").value = model
         c.args[0] = groups
 
 
@@ -67,10 +70,10 @@ class ZeroGradByHand(Rewrite):
         return bool(self._stmts(tree))
 
     def change(self, tree: ast.Module) -> None:
-        opt = optimizer_assign(tree)[0]
+        opt = found(optimizer_assign(tree), "the optimizer")[0]
         g, p = fresh(tree, "group"), fresh(tree, "param")
         for s in self._stmts(tree):
-            body, i = locate(tree, s)
+            body, i = found(locate(tree, s), "a zero_grad() statement's place")
             body[i] = snippet(f'''
                 for {g} in {opt}.param_groups:
                     for {p} in {g}["params"]:
@@ -83,11 +86,13 @@ class BucketView(Rewrite):
     why = "DDP's gradients are views into its communication buckets (gradient_as_bucket_view=True): the same values, no copy"
 
     def applies(self, tree: ast.Module) -> bool:
-        d = ddp_assign(tree)
-        return d is not None and kwarg(d[1].value, "gradient_as_bucket_view") is None
+        d = ddp_assign(tree)  # its value a call: ddp_assign finds `name = DDP(...)`
+        return d is not None and isinstance(d[1].value, ast.Call) \
+            and kwarg(d[1].value, "gradient_as_bucket_view") is None
 
     def change(self, tree: ast.Module) -> None:
-        ddp_assign(tree)[1].value.keywords.append(ast.keyword("gradient_as_bucket_view", ast.Constant(True)))
+        wrap = found_as(found(ddp_assign(tree), "the DDP wrapper")[1].value, ast.Call, "DDP(...)")
+        wrap.keywords.append(ast.keyword("gradient_as_bucket_view", ast.Constant(True)))
 
 
 class _Wire(Rewrite):
@@ -97,9 +102,9 @@ class _Wire(Rewrite):
         return ddp_assign(tree) is not None and not any(is_call(n, ".register_comm_hook") for n in ast.walk(tree))
 
     def change(self, tree: ast.Module) -> None:
-        name, stmt = ddp_assign(tree)
+        name, stmt = found(ddp_assign(tree), "the DDP wrapper")
         hooks = add_import(tree, "torch.distributed.algorithms.ddp_comm_hooks", "default_hooks")
-        body, i = locate(tree, stmt)
+        body, i = found(locate(tree, stmt), "the DDP wrapper's place")
         body.insert(i + 1, snippet(f"{name}.register_comm_hook(state=None, hook={hooks}.{self.hook})")[0])
 
 
@@ -141,4 +146,4 @@ class InferenceMode(Rewrite):
 
     def change(self, tree: ast.Module) -> None:
         for c in self._sites(tree):
-            c.func.attr = "inference_mode"
+            found_as(c.func, ast.Attribute, "torch.no_grad").attr = "inference_mode"
