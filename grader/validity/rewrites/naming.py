@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from grader.validity.rewrites.base import Rewrite
+from grader.validity.rewrites.base import Rewrite, found, found_call
 from grader.validity.source import (
     add_import,
     assigned_from,
@@ -44,12 +44,14 @@ class _Renamer(ast.NodeTransformer):
         node.names = [self.m.get(n, n) for n in node.names]
         return node
 
-    visit_Global = visit_Nonlocal
+    def visit_Global(self, node: ast.Global) -> ast.Global:
+        node.names = [self.m.get(n, n) for n in node.names]
+        return node
 
 
 
 def _fresh_map(tree: ast.Module, wanted: dict[str, str]) -> dict[str, str]:
-    out = {}
+    out: dict[str, str] = {}
     for old, new in wanted.items():
         out[old] = fresh(tree, new) if new in names(tree) or new in out.values() else new
     return out
@@ -70,7 +72,7 @@ class RenameLocals(Rewrite):
         return bool(self._plan(tree))
 
     def change(self, tree: ast.Module) -> None:
-        plan, main = self._plan(tree), main_fn(tree)
+        plan, main = self._plan(tree), found(main_fn(tree), "main")
         for stmt in main.body:
             _Renamer(plan).visit(stmt)
 
@@ -112,9 +114,10 @@ class RenameAttributes(Rewrite):
                 targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(
                     n, (ast.AugAssign, ast.AnnAssign)) else []
                 for t in targets:
-                    for a in ast.walk(t):
-                        if isinstance(a, ast.Attribute) and isinstance(a.value, ast.Name) and a.value.id == "self":
-                            attrs.add(a.attr)
+                    for node in ast.walk(t):
+                        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                                and node.value.id == "self":
+                            attrs.add(node.attr)
         ok = {}
         for a in sorted(attrs - BASE_ATTRS):
             if a.startswith("__"):
@@ -151,9 +154,8 @@ class Logging(Rewrite):
     def change(self, tree: ast.Module) -> None:
         logging = add_import(tree, "logging")
         log = fresh(tree, "LOG")
-        found = _prints(tree)
-        for s in found:
-            args = s.value.args
+        for s in _prints(tree):
+            args = found_call(s, "print()").args
             if len(args) == 1:
                 msg = args[0] if isinstance(args[0], ast.JoinedStr) else ast.Call(ast.Name("str", ast.Load()), [args[0]], [])
             else:
@@ -162,7 +164,7 @@ class Logging(Rewrite):
                                                                       ast.Tuple(args, ast.Load())], [])], [])
             s.value = ast.Call(ast.Attribute(ast.Name(log, ast.Load()), "info", ast.Load()), [msg], [])
         insert_module_defs(tree, snippet(f'{log} = {logging}.getLogger("train")'))
-        main = main_fn(tree)
+        main = found(main_fn(tree), "main")
         first = 1 if main.body and isinstance(main.body[0], ast.Expr) and isinstance(main.body[0].value, ast.Constant) else 0
         main.body[first:first] = snippet(f'{logging}.basicConfig(level={logging}.INFO, format="%(message)s")')
 
@@ -179,8 +181,8 @@ class _Pathlib(ast.NodeTransformer):
         d, a = dotted(node.func), node.args
         if d == "os.path.join" and a and not node.keywords:
             return ast.Call(ast.Name("str", ast.Load()), [ast.Call(ast.Name(self.P, ast.Load()), a, [])], [])
-        if d == "os.makedirs" and len(a) == 1 and isinstance(kwarg(node, "exist_ok"), ast.Constant) \
-                and kwarg(node, "exist_ok").value is True:
+        if d == "os.makedirs" and len(a) == 1 and isinstance(exist_ok := kwarg(node, "exist_ok"), ast.Constant) \
+                and exist_ok.value is True:
             return ast.Call(ast.Attribute(self._p(a[0]), "mkdir", ast.Load()), [],
                             [ast.keyword("parents", ast.Constant(True)), ast.keyword("exist_ok", ast.Constant(True))])
         if d == "os.path.exists" and len(a) == 1:
