@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 
-from grader.validity.rewrites.base import Rewrite
+from grader.validity.rewrites.base import Rewrite, found, found_as, found_call
 from grader.validity.source import (
     add_import,
     dataloaders,
@@ -31,7 +31,7 @@ class LoaderWorkers(Rewrite):
         return c is not None and kwarg(c, "num_workers") is None
 
     def change(self, tree: ast.Module) -> None:
-        train_loader(tree).keywords.append(ast.keyword("num_workers", ast.Constant(2)))
+        found(train_loader(tree), "the training DataLoader").keywords.append(ast.keyword("num_workers", ast.Constant(2)))
 
 
 class EvalWorkers(Rewrite):
@@ -144,10 +144,12 @@ class MicroBatches(Rewrite):
         zero = next((i for i, s in enumerate(body) if isinstance(s, ast.Expr) and is_call(s.value, ".zero_grad")), None)
         if back is None or zero is None or zero > back:
             return None
-        loss = [n.id for n in ast.walk(body[back].value.func) if isinstance(n, ast.Name)]
+        loss = [n.id for n in ast.walk(found_call(body[back], "the backward call").func) if isinstance(n, ast.Name)]
         # the forward: statements before the backward that depend on the batch (after it is on the device)
         start = max((i for i, s in enumerate(body[:back]) if stored(s) & xs), default=-1) + 1
-        dep, fwd, other = set(xs), [], []
+        dep = set(xs)
+        fwd: list[int] = []
+        other: list[int] = []
         for i in range(start, back):
             if i == zero:
                 continue
@@ -186,7 +188,8 @@ class MicroBatches(Rewrite):
         backward = body[back]
         weight = ast.parse(f"{loss} * ({mx}.shape[0] / {xn}.shape[0])", mode="eval").body
         _LossWeight(loss, weight).visit(backward)
-        new[2].body[0].body = [*fwd_stmts, backward]
+        micro_loop = found_as(new[2], ast.For, "the micro-batch loop")
+        found_as(micro_loop.body[0], ast.With, "the no_sync block").body = [*fwd_stmts, backward]
         keep = [body[i] for i in range(start) if i != zero] + [body[i] for i in other]
         body[:] = keep + [body[zero]] + new + body[back + 1:]
 
