@@ -18,6 +18,7 @@ that later rewrites its own environment block changes nothing here.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import threading
@@ -304,11 +305,17 @@ class ProcWatch:
         return done
 
 
+@functools.cache
+def _own_netns() -> str:
+    """The parent's network namespace: it never changes, and every poll asks."""
+    return os.readlink("/proc/self/ns/net")
+
+
 def loopback_tx(pid: int) -> int | None:
     """Bytes sent on ``lo`` in the network namespace of ``pid`` (``/proc/<pid>/net/dev``), or None
     when that namespace is ours or cannot be read. Both ranks' traffic to each other crosses it once."""
     try:
-        if os.readlink(f"/proc/{pid}/ns/net") == os.readlink("/proc/self/ns/net"):
+        if os.readlink(f"/proc/{pid}/ns/net") == _own_netns():
             return None
         with open(f"/proc/{pid}/net/dev") as f:
             for line in f:

@@ -72,18 +72,24 @@ def measure(samples: list[dict[str, Any]], collectives: list[dict[str, Any]]) ->
     return Traffic(sent=max(0, pts[-1][1] - pts[0][1]), claimed=claimed, span_s=t1 - t0, records=n)
 
 
+def unsent(tr: Traffic | None) -> str | None:
+    """Collectives the trace claims that never crossed the wire, in one sentence (a verdict rests on
+    it); None where the claims hold or cannot be held against anything."""
+    if tr is None or tr.claimed < MIN_CLAIMED or tr.sent >= MIN_RATIO * tr.claimed:
+        return None
+    return (f"the collective trace claims {_mb(tr.claimed)} handed to collectives in {tr.span_s:.1f} s, and the "
+            f"run's loopback carried {_mb(tr.sent)} in that time: collectives claimed that never sent their data")
+
+
 def disagreement(tr: Traffic | None) -> str | None:
-    """What is wrong with the trace's claims, in one sentence; None where they hold (or cannot be held
-    against anything)."""
+    """What is wrong with the trace's claims, in one sentence: claims never sent, or traffic the trace
+    did not see; None where they hold (or cannot be held against anything)."""
     if tr is None or tr.claimed < MIN_CLAIMED:
         return None
-    if tr.sent < MIN_RATIO * tr.claimed:
-        return (f"the collective trace claims {_mb(tr.claimed)} handed to collectives in {tr.span_s:.1f} s, and the "
-                f"run's loopback carried {_mb(tr.sent)} in that time: collectives claimed that never sent their data")
     if tr.sent > MAX_RATIO * tr.claimed + SLACK:
         return (f"the run's loopback carried {_mb(tr.sent)} in {tr.span_s:.1f} s, and the collective trace accounts "
                 f"for {_mb(tr.claimed)}: traffic the trace did not see")
-    return None
+    return unsent(tr)
 
 
 def _mb(n: float) -> str:
