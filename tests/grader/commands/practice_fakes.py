@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -77,3 +80,15 @@ class FakeGrader:
         job = FakeJob(n, hold=n in self.hold, error=self.errors.get(n))
         self.jobs.append(job)
         return job
+
+
+TW = [sys.executable, "-m", "grader.cli"]
+
+
+def marked_workspace(slug: str, ws: Path, home: Path) -> dict[str, str]:
+    """A practice workspace made by `trainwreck start`, its script marked to print 'workspace copy
+    ran' (so a test can tell which script a launch ran); returns the environment to run it with."""
+    env = {**os.environ, "TRAINWRECK_HOME": str(home)}
+    subprocess.run([*TW, "start", slug, "--dir", str(ws)], env=env, check=True, capture_output=True)
+    (ws / "train.py").write_text((ws / "train.py").read_text() + "\nprint('workspace copy ran')\n")
+    return env

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import shlex
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import pytest
 from grader.bundle.build import build
 from grader.bundle.commands import commands, for_bundle, in_bundle
 from grader.exercises import discover, find
+from tests.grader.commands.practice_fakes import TW, marked_workspace
 
 EXERCISES = discover()[0]
 SCRIPTS = sorted(e.slug for e in EXERCISES if e.kind == "script")
@@ -198,13 +198,10 @@ def test_bundle_forms_of_the_kits_commands():
 @pytest.mark.slow
 def test_the_briefs_run_launches_the_workspace_copy(tmp_path, home):
     slug = "lr-scaling"
-    tw = [sys.executable, "-m", "grader.cli"]
-    env = {**os.environ, "TRAINWRECK_HOME": str(home)}
     ws = tmp_path / "ws"
-    subprocess.run([*tw, "start", slug, "--dir", str(ws)], env=env, check=True, capture_output=True)
-    (ws / "train.py").write_text((ws / "train.py").read_text() + "\nprint('workspace copy ran')\n")
+    env = marked_workspace(slug, ws, home)
     cmd = next(c for c in printed(slug) if "--nproc 1" in c)
-    p = subprocess.run([*tw, *shlex.split(cmd)[1:], "--json"], cwd=ws, env=env, capture_output=True, text=True,
+    p = subprocess.run([*TW, *shlex.split(cmd)[1:], "--json"], cwd=ws, env=env, capture_output=True, text=True,
                        timeout=170)
     assert p.returncode == 0, p.stderr[-2000:]
     out = json.loads(p.stdout)

@@ -315,17 +315,14 @@ def test_an_interrupted_run_stops_the_grading(monkeypatch, tmp_path):
 # ---- run inside a workspace: the workspace's script, as the grader runs it ----
 @pytest.mark.slow
 def test_run_inside_a_workspace_launches_its_script_with_the_manifests_settings(tmp_path, home):
-    import os
     import subprocess
-    import sys
+
+    from tests.grader.commands.practice_fakes import TW, marked_workspace
 
     slug = "amp-no-scaler"
-    tw = [sys.executable, "-m", "grader.cli"]
-    env = {**os.environ, "TRAINWRECK_HOME": str(home)}
     ws = tmp_path / "ws"
-    subprocess.run([*tw, "start", slug, "--dir", str(ws)], env=env, check=True, capture_output=True)
-    (ws / "train.py").write_text((ws / "train.py").read_text() + "\nprint('workspace copy ran')\n")
-    p = subprocess.run([*tw, "run", "--json"], cwd=ws / "logs", env=env, capture_output=True, text=True, timeout=170)
+    env = marked_workspace(slug, ws, home)
+    p = subprocess.run([*TW, "run", "--json"], cwd=ws / "logs", env=env, capture_output=True, text=True, timeout=170)
     assert p.returncode == 0, p.stderr[-2000:]
     out = json.loads(p.stdout)
     m = find(slug).manifest
