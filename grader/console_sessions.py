@@ -140,13 +140,15 @@ def reveals(view, verbose: bool = False) -> None:
     """The kit's answers asked for while the session was open: one line each (when, exercise,
     what, shown or refused; the folder it was asked from cut to fit, whole with ``verbose``)."""
     s = view.session
-    if not view.reveals and s.answers == "record":
+    if not view.reveals and s.answers == "record" and not view.unwatched:
         return
     console.text("")
-    shown = sum(r.outcome == "shown" for r in view.reveals)
+    shown = sum(r.outcome != "refused" for r in view.reveals)
     policy = "refused while open" if s.answers == "refuse" else "recorded while open"
     console.text(f"answers asked for: {len(view.reveals)} ({shown} shown); hints and reference {policy}",
                  style="bold yellow" if shown else None)
+    if view.unwatched:
+        _wrapped(f"reads of solutions/ outside the kit not watched: {view.unwatched}")
     for r in view.reveals:
         (_wrapped if verbose else _cut)(f"{mmss(_offset(s, r.at)):>6} {r.slug}: {r.what}, {r.outcome}  {r.place}")
 

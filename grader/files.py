@@ -6,6 +6,8 @@ manifest, a rubric, a question bank) and files a candidate's run left behind (ch
 - A candidate's file is read only when it is a regular file (``lstat``: a FIFO named like a
   checkpoint would block ``open`` forever, a device would never end) inside the folder it belongs
   to (a symlink out of the work dir is not followed), and never past a size cap.
+- The kit's answers (``solutions/``) are read without leaving a read time on them (``O_NOATIME``),
+  so a read time on one is a read from outside the kit (``grader.sessions.tripwire``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,29 @@ def read_toml(path: Path, error: type[Exception], fix: str = "fix the syntax") -
         raise error(f"{path}: not UTF-8 text (byte {e.start}); save it as UTF-8") from None
     except tomllib.TOMLDecodeError as e:
         raise error(f"{path}: not valid TOML ({e}); {fix}") from None
+
+
+def read_quietly(path: Path) -> bytes:
+    """The file's bytes, read without updating its access time where the system allows it: Linux's
+    ``O_NOATIME``, for a file this user owns (another's file, or another system, is read plainly:
+    the tripwire does not watch those)."""
+    flags = os.O_RDONLY | getattr(os, "O_NOATIME", 0)
+    try:
+        fd = os.open(path, flags)
+    except PermissionError:
+        if flags == os.O_RDONLY:
+            raise
+        fd = os.open(path, os.O_RDONLY)  # EPERM: O_NOATIME on a file this user does not own
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
+
+
+def copy_quietly(src: Path, dst: Path) -> None:
+    """``shutil.copy2`` of one file through ``read_quietly``: its bytes, mode and modification time."""
+    import shutil
+
+    Path(dst).write_bytes(read_quietly(src))
+    shutil.copystat(src, dst)
 
 
 def regular_file(path: Path, within: Path | None = None) -> bool:

@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from grader.files import read_quietly
 from grader.practice import state as st
 from grader.practice.state import BACKUPS, STATE, PracticeError, PracticeState
 
@@ -154,7 +155,7 @@ def solution(ws: Workspace) -> Solution:
 
     ex = ws.exercise()
     notes_path = ex.solution_dir / "NOTES.md"
-    notes = notes_path.read_text(encoding="utf-8") if notes_path.is_file() else ""
+    notes = read_quietly(notes_path).decode("utf-8") if notes_path.is_file() else ""
     diff = ""
     if not ws.scenario:
         names = editable(ex)

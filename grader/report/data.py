@@ -130,6 +130,7 @@ class Report:
     db: str
     quiz: list[QuizRow] = field(default_factory=list)
     reveals: list[RevealEntry] = field(default_factory=list)  # answers asked for while open, oldest first
+    unwatched: str = ""  # why reads of solutions/ from outside the kit were not watched ("" when they were)
 
     @property
     def similar(self) -> list[tuple[str, Any]]:
@@ -257,7 +258,7 @@ def gather(store: Store, ref: str, with_pixels: bool = True) -> Report:
     sv: SessionView = session_view(store, ref)
     return Report(sv.session, sv.clock(), [exercise_report(sv.session, ev, with_pixels) for ev in sv.exercises],
                   models_now(), str(store.path), quiz_rows(sv.quiz),
-                  reveals=[RevealEntry(r, _offset(sv.session, r.at)) for r in sv.reveals])
+                  reveals=[RevealEntry(r, _offset(sv.session, r.at)) for r in sv.reveals], unwatched=sv.unwatched)
 
 
 # ---- several candidates on the same exercise ---------------------------------------------------

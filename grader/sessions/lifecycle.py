@@ -7,6 +7,7 @@ import re
 import shutil
 from pathlib import Path
 
+from grader.sessions import tripwire
 from grader.sessions.errors import SessionError
 from grader.sessions.models import ANSWER_POLICIES, Session, SessionExercise
 from grader.sessions.store import Store
@@ -58,6 +59,7 @@ def new_session(store: Store, candidate: str, slugs: list[str], minutes: int | N
         for d in made:
             shutil.rmtree(d, ignore_errors=True)
         raise
+    tripwire.arm(sid)  # from now on a read of solutions/ from outside the kit is seen
     return store.session(sid), store.exercises(sid)
 
 
@@ -70,6 +72,7 @@ def _rubric_id(ex) -> str:
 def close_session(store: Store, ref: str) -> Session:
     session = store.session(ref)
     store.reap(session.id)
+    tripwire.sweep()  # reads up to now, timed by the file system, before the clock stops
     for sx in store.exercises(session.id):
         text = read_diagnosis(Path(sx.workspace))
         if text is not None:

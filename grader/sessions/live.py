@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grader.rubric import Rubric, Selected, exercise_followups, find_rubric, for_exercise
-from grader.sessions.models import Attempt, Reveal, ScoreSheet, Session, SessionExercise, SheetDeletion
+from grader.sessions import tripwire
+from grader.sessions.models import Attempt, Reveal, ScoreSheet, Session, SessionExercise, SheetDeletion, parse_time
 from grader.sessions.similarity import Match
 from grader.sessions.store import Store
 from grader.sessions.timeline import Window, marks
@@ -66,6 +67,7 @@ class SessionView:
     quiz: list[dict[str, Any]] = field(default_factory=list)  # quantitative answers, in the order given
     deletions: list[SheetDeletion] = field(default_factory=list)  # score sheets deleted, oldest first
     reveals: list[Reveal] = field(default_factory=list)  # answers asked for while it was open, oldest first
+    unwatched: str = ""  # why reads of solutions/ from outside the kit were not watched ("" when they were)
 
     def clock(self) -> dict[str, Any]:
         elapsed = self.session.elapsed_s()
@@ -77,7 +79,8 @@ class SessionView:
         return {"session": self.session.to_json(), "clock": self.clock(),
                 "exercises": [e.to_json() for e in self.exercises], "quiz": self.quiz,
                 "deleted_sheets": [d.to_json() for d in self.deletions],
-                "answers": self.session.answers, "reveals": [r.to_json() for r in self.reveals]}
+                "answers": self.session.answers, "reveals": [r.to_json() for r in self.reveals],
+                "answer_reads_watched": not self.unwatched, "answer_reads_unwatched": self.unwatched or None}
 
 
 def check_rows(attempts: list[Attempt]) -> list[CheckRow]:
@@ -151,5 +154,10 @@ def similar(store: Store, session: Session, slug: str, attempts: list[Attempt]) 
 def session_view(store: Store, ref: str) -> SessionView:
     session = store.session(ref)
     store.reap(session.id)
-    return SessionView(session, [exercise_view(store, session, sx) for sx in store.exercises(session.id)],
-                       store.quiz_answers(session.id), store.sheet_deletions(session.id), store.reveals(session.id))
+    exercises = store.exercises(session.id)
+    tripwire.sweep()
+    reads = tripwire.reveals(session, [sx.slug for sx in exercises])
+    return SessionView(session, [exercise_view(store, session, sx) for sx in exercises],
+                       store.quiz_answers(session.id), store.sheet_deletions(session.id),
+                       sorted(store.reveals(session.id) + reads, key=lambda r: parse_time(r.at)),
+                       tripwire.watched(session.id))

@@ -4,10 +4,10 @@ machine (in the session database the sessions use), or the command runs inside a
 workspace, the reveal is recorded in that session (what, when, where, shown or refused), and
 refused where the interviewer made the session with ``--answers refuse``.
 
-This closes the kit's own commands, not the files: whoever runs the kit can read its solutions/
-folder. What covers every route is the similarity flag (``grader.sessions.similarity``), and on a
-machine the team provides the candidate runs as a user who cannot read the kit's install
-(docs/design.md). A practice user with no session database is not slowed down: nothing is
+This closes the kit's own commands; a read of its solutions/ folder from outside the kit is timed
+by the file system (``grader.sessions.tripwire``). What covers every route is the similarity flag
+(``grader.sessions.similarity``), and on a machine the team provides the candidate runs as a user
+who cannot read the kit's install (docs/design.md). A practice user with no session database is not slowed down: nothing is
 opened, nothing is created.
 """
 

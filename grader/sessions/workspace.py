@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grader.files import read_quietly
 from grader.sessions.errors import SessionError
 
 MARKER = ".trainwreck-session.json"
@@ -132,7 +133,7 @@ def snapshot(ws: Path, names: list[str]) -> dict[str, str]:
     out = {}
     for n in names:
         p = ws / n
-        out[n] = p.read_text(encoding="utf-8", errors="replace") if p.is_file() else ""
+        out[n] = read_quietly(p).decode("utf-8", errors="replace") if p.is_file() else ""
     return out
 
 

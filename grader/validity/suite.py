@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 from grader.errors import ManifestError
+from grader.files import read_quietly
 from grader.validity.config import MIN_MUTATIONS, MIN_REWRITES, ValidityConfig, config_path, load_config
 from grader.validity.mutations import BY_NAME as MUTATION_FAMILIES
 from grader.validity.mutations import Fix, Skipped, generate
@@ -82,7 +83,7 @@ def _script(slug: str, root: Path | None, kind: str) -> str:
     from grader.exercises import find_script
 
     ex = find_script(slug, root)
-    return ((ex.solution_dir if kind == "solution" else ex.dir) / ex.manifest.entry).read_text()
+    return read_quietly((ex.solution_dir if kind == "solution" else ex.dir) / ex.manifest.entry).decode()
 
 
 def _rewritten(r: Rewrite, tree: ast.Module) -> str:
