@@ -6,8 +6,9 @@ manifest, a rubric, a question bank) and files a candidate's run left behind (ch
 - A candidate's file is read only when it is a regular file (``lstat``: a FIFO named like a
   checkpoint would block ``open`` forever, a device would never end) inside the folder it belongs
   to (a symlink out of the work dir is not followed), and never past a size cap.
-- The kit's answers (``solutions/``) are read without leaving a read time on them (``O_NOATIME``),
-  so a read time on one is a read from outside the kit (``grader.sessions.tripwire``).
+- The kit's answers (``solutions/``, and the hints in each ``exercise.toml``) are read without
+  leaving a read time on them (``O_NOATIME``), so a read time on one is a read from outside the kit
+  (``grader.sessions.tripwire``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def read_toml(path: Path, error: type[Exception], fix: str = "fix the syntax") -
         if path.stat().st_size > TOML_CAP:
             raise error(f"{path}: {path.stat().st_size / 2**20:.0f} MiB is not a TOML file of the kit's; "
                         "give the right file")
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(read_quietly(path).decode("utf-8"))  # quietly: a manifest holds the hints
     except FileNotFoundError:
         raise error(f"{path}: not found; create it or give another path") from None
     except IsADirectoryError:

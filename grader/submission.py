@@ -10,7 +10,6 @@ from __future__ import annotations
 import filecmp
 import hashlib
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -96,8 +95,8 @@ def assemble(ex: Exercise, kind: str, workspace: Path | None, dest: Path) -> Sub
     dest.mkdir(parents=True, exist_ok=True)
     for rel in _files(ex.dir):
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ex.dir / rel, dest / rel)
-    for f in editable:  # quietly: a read time on the reference is a read from outside the kit
+        copy_quietly(ex.dir / rel, dest / rel)
+    for f in editable:  # quietly: a read time on the reference or the manifest is a read from outside the kit
         copy_quietly(src / f, dest / f)
     changed = []
     if kind == "workspace":

@@ -1,5 +1,6 @@
-"""Reads of the answers from outside the kit: a ``cat``, an editor or a copy of ``solutions/``
-while a session is open, which the kit's own commands (``grader.sessions.reveals``) never see.
+"""Reads of the answers from outside the kit: a ``cat``, an editor or a copy of ``solutions/`` or
+of a manifest (``exercises/<slug>/exercise.toml`` holds the hints) while a session is open, which
+the kit's own commands (``grader.sessions.reveals``) never see.
 
 The file system keeps each file's last read time (``atime``). Under ``relatime``, Linux's default,
 it is updated by the first read after the file's last change or last metadata change, and not by
@@ -42,6 +43,7 @@ ARMED = "armed.json"
 READS = "reads.jsonl"
 ARMS = "arms.jsonl"  # per session opened: armed, or why not
 PROBE = "atime-probe"
+MANIFEST = "exercise.toml"
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,8 @@ def _kit(kit: Path | None) -> Path:
 
 
 def answer_files(kit: Path) -> dict[Path, str]:
-    """Every regular file under ``solutions/<slug>/`` (the reference code and its notes), with its slug."""
+    """Every regular file under ``solutions/<slug>/`` (the reference code and its notes) and every
+    ``exercises/<slug>/exercise.toml`` (the hints, the thresholds), with its slug."""
     out: dict[Path, str] = {}
     root = kit / "solutions"
     if not root.is_dir():
@@ -77,6 +80,9 @@ def answer_files(kit: Path) -> dict[Path, str]:
         for p in sorted(slug_dir.rglob("*")):
             if "__pycache__" not in p.parts and stat.S_ISREG(p.lstat().st_mode):
                 out[p] = slug_dir.name
+    for manifest in sorted((kit / "exercises").glob(f"*/{MANIFEST}")):
+        if stat.S_ISREG(manifest.lstat().st_mode):
+            out[manifest] = manifest.parent.name
     return out
 
 

@@ -74,6 +74,9 @@ def test_bundle_submit_import_grades_as_the_local_flow(tmp_path):
     assert verdicts(imported) == verdicts(local) and len(verdicts(local)) >= 3
     assert imported["submission"]["sha256"] == local["submission"]["sha256"]
     assert imported["isolation"] == local["isolation"]
+    for s in (sid, here["session"]):  # bundling, importing, grading and the reference read the answers quietly
+        shown = json.loads(run([*TW, "session", "show", s, "--json"], iv, env_i))
+        assert shown["reveals"] == [] or not shown["answer_reads_watched"], shown["reveals"]
 
     with Store.open(iv / "state" / "sessions.db") as store:
         (a,) = store.attempts(sid)

@@ -151,10 +151,14 @@ def test_a_cat_of_the_reference_during_a_session_reaches_show_and_the_debrief_an
     files_digest(ex.solution_dir, ex.manifest.editable)  # the reference cache's key
     _script("memory-leak", None, "solution")  # the validity suite
     ws = tmp_path / "S" / "memory-leak"
+    for cmd in (["list"], ["show", "memory-leak"]):  # the manifests are read too
+        assert invoke(*cmd, cwd=ws).code == 0
     assert invoke("start", "memory-leak", "--dir", str(ws / "X")).code == 0
     assert invoke("solution", "--reveal", "--yes", "--notes", cwd=ws / "X").code == 0
+    assert invoke("hint", cwd=ws / "X").code == 0
     view = json.loads(invoke("session", "show", sid, "--json").out)
-    assert [(v["what"], v["outcome"]) for v in view["reveals"]] == [("the reference diff and notes", "shown")]
+    assert [(v["what"], v["outcome"]) for v in view["reveals"]] == [("the reference diff and notes", "shown"),
+                                                                      ("hint 1 of 3", "shown")]
 
     plain_read(ex.solution_dir / "train.py")  # `cat solutions/memory-leak/train.py`
     view = json.loads(invoke("session", "show", sid, "--json").out)
@@ -163,3 +167,8 @@ def test_a_cat_of_the_reference_during_a_session_reaches_show_and_the_debrief_an
     out = tmp_path / "debrief.md"
     assert invoke("report", sid, "--format", "md", "--out", str(out)).code == 0
     assert "memory-leak: solutions/memory-leak/train.py, read outside the kit" in out.read_text()
+
+    plain_read(ex.dir / "exercise.toml")  # the hints are in the manifest
+    view = json.loads(invoke("session", "show", sid, "--json").out)
+    assert [(v["what"], v["outcome"]) for v in view["reveals"]][-1] == (
+        "exercises/memory-leak/exercise.toml", "read outside the kit")
