@@ -5,7 +5,7 @@
 1. The fixed cost of the wrapper: ``python -c pass`` bare and inside the sandbox (bwrap, the shim
    that sets limits and drops to the run's uid), interleaved.
 2. An honest 2-rank gloo DDP job (tests/fixtures/ddp_ok.py, 12 steps), interleaved ABBA:
-   ``harness.launch.launch`` unsandboxed against ``LaunchConfig(sandbox=True)`` (sandbox + channel +
+   ``harness.launch.launch`` unsandboxed against ``LaunchConfig(executor=Sandboxed())`` (sandbox + channel +
    outside sampler + limits); per-round differences of wall time, and the parent's own CPU time
    (its poll loop, and the channel's thread) per launch.
 3. The channel alone, in this process: parent time per record, and log bytes per second.
@@ -30,6 +30,7 @@ sys.path.insert(0, str(REPO))
 
 from harness import channel, rundir  # noqa: E402
 from harness.channel_server import ChannelServer  # noqa: E402
+from harness.executor import executor_for  # noqa: E402
 from harness.isolation import IsolatedRun  # noqa: E402
 from harness.launch import LaunchConfig, launch  # noqa: E402
 from harness.sandbox import SandboxPolicy, build, prepare_writable, probe  # noqa: E402
@@ -120,7 +121,8 @@ def job_cost(rounds: int, steps: int = 12) -> None:
                 tmp = Path(tmp)
                 c0, tree_cpu, t0 = cpu_self(), TreeCPU(), time.perf_counter()
                 res = launch(LaunchConfig(script=DDP, script_args=["--steps", str(steps)], nproc=2,
-                                          run_dir=tmp / "run", cwd=tmp / "run" / "work", sandbox=name == "inside"))
+                                          run_dir=tmp / "run", cwd=tmp / "run" / "work",
+                                          executor=executor_for(sandboxed=name == "inside")))
                 status, why = res.status, res.failure
                 wall, cpu, job = time.perf_counter() - t0, cpu_self() - c0, tree_cpu.total()
             if status == "ok":

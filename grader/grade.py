@@ -14,7 +14,7 @@ import shutil
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,8 +32,8 @@ from grader.result import Flag, GradeResult, Isolation, SubmissionInfo
 from grader.roles import FINGERPRINTS, Plan, Role, RunRequest, grading_env
 from grader.submission import Submission, assemble, check_source, files_digest
 from grader.throughput import job_rate
-from harness import sandbox
 from harness.errors import LaunchError
+from harness.executor import Executor, Plain, Sandboxed
 from harness.faults import OVERFLOW_ENV
 from harness.launch import KIT_ROOT, Fault, LaunchConfig, launch
 
@@ -53,9 +53,10 @@ class GradeOptions:
     # verdict correctness decides, as a cheat in the variant corpus
     skip_measurements: bool = False
     device: str = "auto"
-    # every run of the candidate's code in a bubblewrap sandbox (harness.isolation); False only on
-    # request (--no-sandbox): the grade is then unisolated, and result.json and every report say so
-    sandbox: bool = True
+    # how every run of the candidate's code runs (harness.executor), chosen once where the grading
+    # starts: in a bubblewrap sandbox; Plain only on request (--no-sandbox, ``executor_for``): the
+    # grade is then unisolated, and result.json and every report say so
+    executor: Executor = field(default_factory=Sandboxed)
 
 
 def plan(m: Manifest) -> Plan:
@@ -74,14 +75,14 @@ def plan(m: Manifest) -> Plan:
 def run_role(ex: Exercise, script_dir: Path, run_dir: Path, role: str, device: str, nproc: int,
              max_restarts: int = 0, faults: list[Fault] | None = None,
              env: dict[str, str] | None = None, script: str | None = None,
-             overflow: bool = True, sandbox: bool = False, watch: list[str] | None = None,
+             overflow: bool = True, executor: Executor = Plain(), watch: list[str] | None = None,
              opaque: bool = True) -> RunEvidence:
     """``script`` runs another file of the assembled folder than the entry (the compute bound),
     without the entry's arguments. ``overflow``: inject the manifest's ``[run] overflow_at_step``
     (every grading run does; recording the broken script's logs does not: the overflow is a test a
-    fix must pass, not the symptom the candidate is shown). ``sandbox``: the run's processes in a
-    bubblewrap sandbox, with the assembled folder read-only and a fresh work dir the one folder they
-    may write. ``watch``: files (work-dir relative) the parent watches from outside while it runs.
+    fix must pass, not the symptom the candidate is shown). ``executor``: how the run's processes
+    run; sandboxed, the assembled folder is read-only and a fresh work dir the one folder they may
+    write. ``watch``: files (work-dir relative) the parent watches from outside while it runs.
     ``opaque``: the run goes in a folder named by a random token beside ``run_dir``, which becomes a
     link to it (``opaque_run_dir``); the evidence holds the real path. The run dir is sealed once
     the run has ended (``grader.sealing``)."""
@@ -99,7 +100,7 @@ def run_role(ex: Exercise, script_dir: Path, run_dir: Path, role: str, device: s
                        pg_timeout=m.run.pg_timeout, run_dir=run_dir, cwd=run_dir / "work",
                        faults=list(faults or []), env=env,
                        store=m.run.store.launch_config() if m.run.store else None,
-                       sandbox=sandbox, limits=m.limits.to_limits(), watch=list(watch or []))
+                       executor=executor, limits=m.limits.to_limits(), watch=list(watch or []))
     if launch(cfg).status == "interrupted":
         # Ctrl-C or SIGTERM ended this run (the harness ended its ranks and recorded it): the
         # grading stops here instead of going on to the next run
@@ -140,17 +141,12 @@ def opaque_run_dir(link: Path) -> Path:
     return real
 
 
-def isolation(opts: GradeOptions) -> Isolation:
-    """How this grading will run the candidate's code: refused (one line naming the fix) when the
-    sandbox cannot run here and ``--no-sandbox`` was not given."""
-    p = sandbox.probe()
-    if not opts.sandbox:
-        why = "graded with --no-sandbox" + ("" if p.ok else f"; {p.reason.split(':')[0]} on this machine")
-        return Isolation(kind="none", reason=why)
-    if not p.ok:
-        raise UserError(p.reason)
-    uid = sandbox.SANDBOX_UID if p.mode == "setuid" else os.geteuid()
-    return Isolation(kind="sandbox", mode=p.mode, uid=uid)
+def isolation(executor: Executor) -> Isolation:
+    """How this grading will run the candidate's code, as result.json records it: refused (one line
+    naming the fix) when the sandbox cannot run here and ``--no-sandbox`` was not given."""
+    if (why := executor.refusal()) is not None:
+        raise UserError(why)
+    return Isolation(**asdict(executor.describe()))
 
 
 def _check_out(out: Path) -> None:
@@ -179,12 +175,12 @@ def _kept_failed(run_dir: Path) -> Path:
     return kept
 
 
-def reference_run(ex: Exercise, device: str, nproc: int, progress: Progress, sandboxed: bool = False,
+def reference_run(ex: Exercise, device: str, nproc: int, progress: Progress, executor: Executor = Plain(),
                   notes: list[str] | None = None) -> RunEvidence:
     """The reference solution's run, cached on disk: the same solution files, harness, torch, world
-    size, device and isolation give the same parameters and measures, so it runs once per machine,
-    not once per grading. It is always recorded with parameter fingerprints: its path is what
-    ``trajectory`` compares. The cache lives in the kit's ``.trainwreck/``, which no sandbox shows;
+    size, device and isolation (``executor``) give the same parameters and measures, so it runs
+    once per machine, not once per grading. It is always recorded with parameter fingerprints: its
+    path is what ``trajectory`` compares. The cache lives in the kit's ``.trainwreck/``, which no sandbox shows;
     each entry is sealed, and one that changed since is reported in ``notes`` and run again."""
     m = ex.manifest
     try:
@@ -194,7 +190,7 @@ def reference_run(ex: Exercise, device: str, nproc: int, progress: Progress, san
     key = hashlib.sha256("|".join([
         files_digest(ex.solution_dir, m.editable), _harness_digest(), torch_v, str(nproc), device,
         " ".join(m.run.args), m.entry, "fingerprints", f"overflow={m.run.overflow_at_step}",
-        "sandbox" if sandboxed else "unisolated", m.limits.model_dump_json()]).encode()).hexdigest()[:20]
+        "sandbox" if executor.sandboxed else "unisolated", m.limits.model_dump_json()]).encode()).hexdigest()[:20]
     cache = kit_root() / ".trainwreck" / "cache" / m.slug / f"reference-ws{nproc}-{key}"
     if (cache / "run.json").exists():
         try:
@@ -216,7 +212,7 @@ def reference_run(ex: Exercise, device: str, nproc: int, progress: Progress, san
         shutil.rmtree(tmp, ignore_errors=True)
         try:
             sub = sub or assemble(ex, "solution", None, src)
-            ev = run_role(ex, sub.dir, tmp, "reference", device, nproc, env=dict(FINGERPRINTS), sandbox=sandboxed,
+            ev = run_role(ex, sub.dir, tmp, "reference", device, nproc, env=dict(FINGERPRINTS), executor=executor,
                           opaque=False)  # the kit's own solution, moved into the cache by name
         except BaseException:  # interrupted: no half-made run left in the cache
             shutil.rmtree(tmp, ignore_errors=True)
@@ -249,7 +245,7 @@ def grade(ex: Exercise, opts: GradeOptions, progress: Progress = lambda s: None)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
     out = (opts.out_dir or Path(".trainwreck") / "grades" / m.slug / f"{stamp}-{opts.kind}").resolve()
     check_source(ex, opts.kind, opts.workspace)  # a rejected workspace leaves no folder behind
-    iso = isolation(opts)  # refused before anything is made when the sandbox cannot run here
+    iso = isolation(opts.executor)  # refused before anything is made when the sandbox cannot run here
     if iso.sandboxed:
         _check_out(out)
     else:
@@ -266,12 +262,12 @@ def grade(ex: Exercise, opts: GradeOptions, progress: Progress = lambda s: None)
             progress(f"running {name} (world size {req.nproc}{', killed and restarted' if req.faults else ''})")
             t = time.time()
             runs[name] = run_role(ex, sub.dir, out / "runs" / name, name, opts.device, **req.launch_settings(),
-                                  sandbox=iso.sandboxed)
+                                  executor=opts.executor)
             timings[name] = round(time.time() - t, 2)
         if todo.reference:
             t = time.time()
-            runs[Role.REFERENCE] = reference_run(ex, opts.device, m.world_size, progress, sandboxed=iso.sandboxed,
-                                                 notes=notes)
+            runs[Role.REFERENCE] = reference_run(ex, opts.device, m.world_size, progress,
+                                                 executor=opts.executor, notes=notes)
             timings[Role.REFERENCE] = round(time.time() - t, 2)
     except EnvironmentFailure as e:
         env_failure = str(e)
@@ -281,10 +277,9 @@ def grade(ex: Exercise, opts: GradeOptions, progress: Progress = lambda s: None)
             check = REGISTRY[spec.name]
             if check.measure is not None:
                 t = time.time()
-                measurements[spec.name] = check.measure(spec, _measuring(ex, sub, out, opts, progress,
-                                                                          iso.sandboxed))
+                measurements[spec.name] = check.measure(spec, _measuring(ex, sub, out, opts, progress))
                 timings[spec.name] = round(time.time() - t, 2)
-    verdict = judge(m, runs, sub.protected_changed, measurements, env_failure, sandboxed=iso.sandboxed)
+    verdict = judge(m, runs, sub.protected_changed, measurements, env_failure, isolation=iso)
     run_dirs = {name: str(ev.run_dir) for name, ev in runs.items()}
     found = flags_mod.gather(sub.dir, list(m.editable), flags_mod.candidate_run_dirs(run_dirs, out), notes)
     timings["total"] = round(time.time() - t0, 2)
@@ -315,12 +310,11 @@ def _make_out(out: Path) -> None:
                         "with free space") from None
 
 
-def _measuring(ex: Exercise, sub: Submission, out: Path, opts: GradeOptions, progress: Progress,
-               sandboxed: bool = False) -> Measuring:
+def _measuring(ex: Exercise, sub: Submission, out: Path, opts: GradeOptions, progress: Progress) -> Measuring:
     """Launchers for the throughput roles: the broken script and the reference assembled by the
     kit, the candidate's submission, and the compute bound run from the kit's own copy of the
-    exercise (its model and batches are the kit's, whatever the submission's files say). When the
-    candidate's rounds are sandboxed, every role's are: the ratios compare runs made the same way."""
+    exercise (its model and batches are the kit's, whatever the submission's files say). Every role
+    runs with the grading's executor: the ratios compare runs made the same way."""
     m = ex.manifest
     broken = assemble(ex, "broken", None, out / "throughput-broken")
     reference = assemble(ex, "solution", None, out / "throughput-reference")
@@ -330,7 +324,7 @@ def _measuring(ex: Exercise, sub: Submission, out: Path, opts: GradeOptions, pro
     def run(role: str, tag: str) -> RunEvidence:
         progress(f"throughput {tag}: {role}")
         return run_role(ex, dirs[role], out / "runs" / f"tp-{tag}-{role}", role, opts.device, m.world_size,
-                        script=bound if role == "bound" else None, sandbox=sandboxed)
+                        script=bound if role == "bound" else None, executor=opts.executor)
 
     return Measuring(run=run, repeats=opts.repeats, quick=opts.quick_throughput)
 
@@ -375,7 +369,7 @@ def regrade(old: GradeResult, ex: Exercise) -> GradeResult:
         env = "; ".join(failures)
         runs = {}  # a grading with a tampered run is judged from none of its runs
     verdict = judge(ex.manifest, runs, old.submission.protected_changed, measurements, env,
-                    sandboxed=old.isolation.sandboxed if old.isolation else None)
+                    isolation=old.isolation)
     res = old.model_copy(update={"measurements": measurements, "flags": flags,
                                  "regraded_at": datetime.now(UTC).isoformat(timespec="seconds")})
     return res.with_verdict(verdict.checks, verdict.score)

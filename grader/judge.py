@@ -10,6 +10,7 @@ from typing import Any
 from grader.checks import REGISTRY, CheckResult, Context, run_check
 from grader.evidence import RunEvidence, reader
 from grader.manifest import Manifest
+from grader.result import Isolation
 from grader.scoring import Score, score
 
 
@@ -21,15 +22,16 @@ class Verdict:
 
 def judge(manifest: Manifest, runs: dict[str, RunEvidence], protected_changed: list[str],
           measurements: dict[str, Any], environment_failure: str | None = None,
-          sandboxed: bool | None = None) -> Verdict:
+          isolation: Isolation | None = None) -> Verdict:
     """Every check of the manifest in its order, those judged after the others last; a check with
     a measurement of its own is judged only when it was measured (not after an environment
     failure stopped the grading before it). The candidate's checkpoints are read in reader
-    processes isolated as the runs were (``sandboxed``; None: wherever the sandbox can run)."""
+    processes isolated as the runs were (``isolation``, result.json's; None, a result from before
+    it was recorded: wherever the sandbox can run)."""
     ctx = Context(manifest, runs, list(protected_changed), dict(measurements))
     first = [s for s in manifest.checks if not REGISTRY[s.name].after_others]
     last = [s for s in manifest.checks if REGISTRY[s.name].after_others]
-    with reader.isolated(sandboxed):  # the checkpoint readers of these runs end with the judging
+    with reader.isolated(isolation.sandboxed if isolation is not None else None):  # the checkpoint readers of these runs end with the judging
         for spec in first + last:
             if REGISTRY[spec.name].measure is not None and spec.name not in measurements:
                 continue

@@ -34,6 +34,7 @@ from grader.errors import ManifestError
 from grader.files import read_toml
 from grader.manifest import describe_validation_error
 from grader.result import GradeResult
+from harness.executor import Executor, Sandboxed
 
 FORMAT_VERSION = 1
 VARIANT = "variant.toml"
@@ -175,7 +176,7 @@ def workspace(v: Variant, ex, dest: Path) -> Path:
 
 
 def grade_variant(v: Variant, out_dir: Path, device: str = "auto", progress=lambda s: None,
-                  sandbox: bool = True) -> Outcome:
+                  executor: Executor = Sandboxed()) -> Outcome:
     from grader.exercises import find_script
     from grader.grade import GradeOptions, grade
 
@@ -183,5 +184,5 @@ def grade_variant(v: Variant, out_dir: Path, device: str = "auto", progress=lamb
     ws = workspace(v, ex, out_dir / "workspace")
     res = grade(ex, GradeOptions(kind="workspace", workspace=ws, out_dir=out_dir / "grade", device=device,
                                  quick_throughput=v.spec.throughput == "quick",
-                                 skip_measurements=v.spec.throughput == "skip", sandbox=sandbox), progress)
+                                 skip_measurements=v.spec.throughput == "skip", executor=executor), progress)
     return judge(v, res)

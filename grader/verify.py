@@ -13,6 +13,7 @@ from grader.exercises import Exercise
 from grader.grade import GradeOptions, grade
 from grader.record import BASELINE, LOGS, load_baseline, script_sha256
 from grader.result import GradeResult
+from harness.executor import Executor, Sandboxed
 
 
 @dataclass
@@ -66,14 +67,14 @@ def static_problems(ex: Exercise) -> list[str]:
 
 
 def verify(ex: Exercise, out_dir: Path, device: str = "auto", progress=lambda s: None,
-           sandbox: bool = True) -> Verification:
+           executor: Executor = Sandboxed()) -> Verification:
     v = Verification(ex.slug, static_problems(ex))
     if not ex.solution_dir.is_dir():
         return v
     # The solution first: its run is the reference the broken grading compares with.
     progress(f"{ex.slug}: grading the reference solution")
     v.solution = grade(ex, GradeOptions(kind="solution", out_dir=out_dir / "solution", device=device,
-                                        sandbox=sandbox), progress)
+                                        executor=executor), progress)
     if v.solution.environment_failure:
         v.problems.append("grading the solution hit an environment failure: "
                           + _first_failed(v.solution))
@@ -84,7 +85,7 @@ def verify(ex: Exercise, out_dir: Path, device: str = "auto", progress=lambda s:
     # faster than itself (about 1x against a pass bar of 1 + half the target's gain): the full
     # protocol, warm-up and compute bound included, is for scoring fixes.
     v.broken = grade(ex, GradeOptions(kind="broken", out_dir=out_dir / "broken", device=device,
-                                      quick_throughput=True, sandbox=sandbox), progress)
+                                      quick_throughput=True, executor=executor), progress)
     failed = set(v.broken_failed)
     for name in ex.manifest.broken_fails:
         if name not in failed:

@@ -1,6 +1,7 @@
 """One sandboxed run, put together for the launcher: the sandbox, the channel's server, the outside
 sampler and the limits, behind five calls (``prepare``, ``wrap``, ``started``, ``poll``, ``close``),
-so ``harness.launch`` needs only a few lines to use it (docs/sandbox.md, "Wiring").
+for the ``Sandboxed`` executor (``harness.executor``), which is all ``harness.launch`` sees of it
+(docs/sandbox.md, "Wired").
 
 What it writes in the run dir, all of it by the parent:
 

@@ -25,29 +25,22 @@ from typing import Any
 
 import psutil
 
-from harness import defaults, rundir, sandbox, store_service
+from harness import defaults, rundir, store_service
 from harness.channel import CHANNEL_ENV
 from harness.errors import LaunchError
+from harness.executor import Executor, Plain, RunSpec
 from harness.failure import find_failure, launcher_exit_codes
 from harness.filewatch import FileWatch
 from harness.injector import FaultInjector
-from harness.isolation import IsolatedRun, IsolationConfig
 from harness.limits import Limits, Violation
 from harness.monitor import Monitor, Snapshot
 from harness.observe import observe_rank
 from harness.phases import PROFILE_ENV, SCHEDULE
 from harness.proctree import ProcessTree
-from harness.sandbox import SandboxError
 from harness.watchdog import collect_hang
 
 KIT_ROOT = Path(__file__).resolve().parent.parent
 STATUSES = ("ok", "failed", "hung", "timeout", "interrupted", "limit")
-# How often to look for new descendants. Each look scans the process table on cores the ranks are
-# using; anything missed between looks is still found at the end (the tree's env marker).
-TREE_REFRESH_S = 1.0
-# Sandboxed: an outside sample of every rank at each poll (memory_flat judges from them; a short run
-# still gets several). Each look costs 2-3 ms of the parent's time.
-OUTSIDE_SAMPLE_S = 0.2
 
 
 @dataclass
@@ -89,10 +82,10 @@ class LaunchConfig:
     profile: bool = False  # per-phase step timer and a torch.profiler trace in every rank
     # the kit's artifact store, run as a service outside the ranks for this launch (harness.store_service)
     store: store_service.StoreConfig | None = None
-    # Run the launcher and its ranks in a bubblewrap sandbox (harness.isolation, docs/sandbox.md):
-    # records over the parent's channel, no key in any rank, memory and CPU sampled from outside,
-    # ``limits`` enforced. Needs ``cwd``: the one folder the run may write.
-    sandbox: bool = False
+    # How the launcher and its ranks run (harness.executor): Plain, as torchrun does, or Sandboxed
+    # (docs/sandbox.md), which enforces ``limits`` and needs ``cwd``: the one folder the run may
+    # write. run.json's ``config`` records it as ``sandbox`` (true or false).
+    executor: Executor = field(default_factory=Plain)
     limits: Limits = field(default_factory=Limits)
     # files (relative to cwd) the parent watches from outside while the run goes on, keeping each
     # version that appears there (harness.filewatch): checkpoints, whoever writes them
@@ -115,11 +108,7 @@ class LaunchConfig:
         bad = [w for w in self.watch if not w.strip() or Path(w).is_absolute() or ".." in Path(w).parts]
         if bad:
             raise LaunchError(f"watch: {bad[0]!r} is not a path inside the work dir; give it relative to cwd")
-        if self.sandbox and self.cwd is None:
-            raise LaunchError("a sandboxed launch needs a work dir (the one folder the run may write): give cwd")
-        if self.sandbox and self.nnodes > 1:
-            raise LaunchError("a sandboxed launch has loopback networking only: --nnodes > 1 cannot rendezvous; "
-                              "launch without the sandbox")
+        self.executor.validate(self.cwd, self.nnodes)
 
 
 @dataclass
@@ -212,13 +201,13 @@ def build_command(cfg: LaunchConfig) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", *torchrun_args(cfg)]
 
 
-def build_env(cfg: LaunchConfig, run_dir: Path, key: str, device: str) -> dict[str, str]:
+def build_env(cfg: LaunchConfig, run_dir: Path, device: str) -> dict[str, str]:
+    """The launcher's environment before its executor completes it (``Execution.environ``: whether
+    the ranks get the key, where the settings go)."""
     env = dict(os.environ)
     env.update(cfg.env)
     env[rundir.RUN_DIR_ENV] = str(run_dir.resolve())
-    env.pop(rundir.KEY_ENV, None)
-    if not cfg.sandbox:  # sandboxed, the parent signs what arrives over the channel: no rank holds the key
-        env[rundir.KEY_ENV] = key
+    env.pop(rundir.KEY_ENV, None)  # the executor's to give (a caller's own never reaches a rank)
     env.pop(rundir.PG_TIMEOUT_ENV, None)
     # Whether ranks send over a channel is the launch's to say (the sandbox sets its own): one left
     # in the caller's environment would send an unsandboxed run's records to a server that is gone.
@@ -255,8 +244,8 @@ def launch(
     run_dir = (cfg.run_dir or default_run_dir(cfg.script)).resolve()
     if (run_dir / "run.json").exists():
         raise LaunchError(f"{run_dir} already holds a run; choose another --run-dir")
-    if cfg.sandbox and not (p := sandbox.probe()).ok:
-        raise LaunchError(p.reason)
+    if (why := cfg.executor.refusal()) is not None:
+        raise LaunchError(why)
     run_dir.mkdir(parents=True, exist_ok=True)
     if cfg.cwd is not None:
         Path(cfg.cwd).mkdir(parents=True, exist_ok=True)
@@ -269,52 +258,29 @@ def launch(
                       key=key, tee=tee, world_size=cfg.nproc * cfg.nnodes, stall_timeout=cfg.stall_timeout)
     status, hang, exit_code = "failed", None, None
     violation: Violation | None = None
-    iso = _isolated_run(cfg, run_dir, key, device, cwd) if cfg.sandbox else None
-    env = build_env(cfg, run_dir, key, device)
-    if iso is not None and iso.server is not None:  # handed to each rank over the channel: in no environment block
-        iso.server.settings = {k: env.pop(k) for k in [k for k in env if rundir.is_setting(k)]}
+    execution = cfg.executor.prepare(RunSpec(kit_root=KIT_ROOT, run_dir=run_dir, key=key, cwd=cwd,
+                                             script=cfg.script.resolve(), gpu=device == "cuda", limits=cfg.limits))
+    env = build_env(cfg, run_dir, device)
+    execution.environ(env)
     store = None
     try:
-        if cfg.store and iso is not None:  # the socket in the channel's folder, the one the ranks can reach
-            server, policy = iso.server, iso.policy
-            assert server is not None and policy is not None  # a prepared sandboxed run has both
-            store = store_service.start(cfg.store, run_dir, key, cwd, socket_dir=server.dir,
-                                        uid=policy.run_uid(), visible_dir=sandbox.CHANNEL_MOUNT)
-        elif cfg.store:
-            store = store_service.start(cfg.store, run_dir, key, cwd)
-        if store:
+        if cfg.store:
+            store = execution.start_store(cfg.store, cwd)
             env.update(store.env())
-        if iso is not None:
-            wrapped = iso.wrap(cmd, env)
-            proc = psutil.Popen(wrapped.argv, env=wrapped.env, stdout=iso.output_fd(), stderr=subprocess.STDOUT,
-                                stdin=subprocess.PIPE, cwd=cwd, start_new_session=True)
-            iso.started(proc.pid)
-        else:
-            with open(run_dir / "launcher.log", "ab") as log:
-                proc = psutil.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
-                                    cwd=cwd, start_new_session=True)
+        proc = execution.spawn(cmd, env, cwd)
         _hand_args(proc, torchrun_args(cfg))
-    except BaseException as e:
+    except BaseException:
         if store:
             store.stop()
-        if iso is not None:
-            iso.close()
-            if isinstance(e, SandboxError):
-                raise LaunchError(str(e)) from None
+        execution.close()
         raise
     tree = ProcessTree(proc, env_marker=(rundir.RUN_DIR_ENV, str(run_dir)))
     watch = FileWatch(run_dir, key, cwd, cfg.watch) if cfg.watch else None
     injector = FaultInjector(cfg.faults) if cfg.faults else None
     prev_term = _raise_on_sigterm()
-    refreshed = 0.0
     try:
         while True:
             exit_code = proc.poll()
-            # Sandboxed, the PID namespace is the tree (terminate() still scans it once): no
-            # periodic psutil scan of every process on the machine.
-            if iso is None and time.time() - refreshed > TREE_REFRESH_S:
-                tree.refresh()
-                refreshed = time.time()
             snap = monitor.poll()  # after the exit check: the last lines are read even on the final pass
             if injector is not None:
                 injector.poll(monitor.ranks)
@@ -325,7 +291,7 @@ def launch(
             if exit_code is not None:
                 status = "ok" if exit_code == 0 else "failed"
                 break
-            if iso is not None and (violation := iso.poll()) is not None:
+            if (violation := execution.poll(tree)) is not None:
                 status = "limit"
                 break
             if cfg.timeout and time.time() - started > cfg.timeout:
@@ -357,9 +323,7 @@ def launch(
                 exit_code = proc.poll()  # how the launcher ended when we ended it (None: not known)
             if watch is not None:  # what the run left there at its end
                 watch.close()
-            # After the tree is gone (the channel drains to its end, the work dir is sealed against
-            # traps), before _finish reads what the ranks sent.
-            summary = iso.close() if iso is not None else None
+            summary = execution.close()  # after the tree is gone, before _finish reads what the ranks sent
             if injector is not None:  # a bypassed kill the polls never caught, from the records all in
                 injector.settle(lambda r: rundir.read_records(rundir.rank_dir(run_dir, r) / rundir.EVENTS, key).valid)
             result = _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, device, cwd,
@@ -371,23 +335,8 @@ def launch(
     return result
 
 
-def _isolated_run(cfg: LaunchConfig, run_dir: Path, key: str, device: str, cwd: Path) -> IsolatedRun:
-    """The sandbox, channel, sampler and limits of one run, ready to wrap the launcher's command.
-    The script's folder is readable (read-only), the work dir the one folder it may write."""
-    iso = IsolatedRun(IsolationConfig(kit_root=KIT_ROOT, readable=[cfg.script.resolve().parent],
-                                      work_dir=cwd, limits=cfg.limits,  # cfg.cwd, resolved (a sandbox needs it)
-                                      gpu=device == "cuda", sample_every_s=OUTSIDE_SAMPLE_S), run_dir, key)
-    try:
-        iso.prepare()
-    except SandboxError as e:
-        if iso.server is not None:
-            iso.server.stop(drain_s=0)
-        raise LaunchError(str(e)) from None
-    return iso
-
-
 def _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, device, cwd,
-            violation: Violation | None = None, sandbox: dict[str, Any] | None = None, gpus: int = 0,
+            violation: Violation | None = None, sandbox_json: dict[str, Any] | None = None, gpus: int = 0,
             stalls: list[dict[str, Any]] | None = None,
             faults_injected: list[dict[str, Any]] | None = None) -> RunResult:
     world_size = cfg.nproc * cfg.nnodes
@@ -416,15 +365,28 @@ def _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, de
                        wall_s=time.time() - started, exit_code=exit_code,
                        ranks=ranks, hang=hang, failure=failure, device=device, gpus=gpus, cwd=cwd,
                        pg_timeout=_pg_timeout(cfg, run_dir, key),
-                       limit=violation.to_json() if violation else None, sandbox=sandbox, stalls=list(stalls or []))
-    cfg_json = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
+                       limit=violation.to_json() if violation else None, sandbox=sandbox_json,
+                       stalls=list(stalls or []))
+    cfg_json = _config_json(cfg)
     rundir.atomic_write_json(run_dir / "run.json", {
         "schema_version": rundir.RUN_SCHEMA_VERSION, "key": key, "started_at": started_iso,
         "command": build_command(cfg), "config": cfg_json, **result.to_json(),
-        "sandbox": sandbox if sandbox is not None else {"isolated": False},
+        "sandbox": sandbox_json if sandbox_json is not None else {"isolated": False},
         **({"faults_injected": faults_injected} if faults_injected is not None else {}),
     })
     return result
+
+
+def _config_json(cfg: LaunchConfig) -> dict[str, Any]:
+    """run.json's ``config``: the launch's settings, its executor as the ``sandbox`` flag run dirs have
+    always recorded (docs/run-dir.md), in the same place."""
+    out: dict[str, Any] = {}
+    for k, v in asdict(cfg).items():
+        if k == "executor":
+            out["sandbox"] = cfg.executor.sandboxed
+        else:
+            out[k] = str(v) if isinstance(v, Path) else v
+    return out
 
 
 def _hand_args(proc: psutil.Popen, args: list[str]) -> None:

@@ -54,6 +54,7 @@ def test_the_harness_parent_never_imports_torch():
 # record schema, the sandbox); a new grader-only reader in the harness fails the test below.
 SHARED_CONTRACT = {
     ("harness.launch", "launch"): "the launcher's entry point: what the harness offers",
+    ("harness.executor", "executor_for"): "how launches run, chosen once where a grading or a run starts",
     ("harness.errors", "EXIT_OK"): "the exit codes every command shares",
     ("harness.errors", "EXIT_FAIL"): "the exit codes every command shares",
     ("harness.errors", "EXIT_INTERRUPTED"): "the exit codes every command shares",

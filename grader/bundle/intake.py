@@ -147,7 +147,7 @@ def keep_archive(store: Store, intake: Intake) -> Path:
 
 def record(store: Store, intake: Intake, **grading: Any) -> Any:
     """Install the files and grade them as an attempt at the submission's time; returns what
-    ``grade`` returns. ``grading``: record_attempt's options (device, repeats, sandbox, progress)."""
+    ``grade`` returns. ``grading``: record_attempt's options (device, repeats, executor, progress)."""
     from grader.sessions.attempts import record_attempt
 
     ws = install(intake)

@@ -8,6 +8,7 @@ import click
 
 from grader import console
 from grader.errors import EXIT_FAIL, EXIT_OK
+from harness.executor import executor_for
 
 
 @click.command("demo")
@@ -21,13 +22,14 @@ def command(slug, no_sandbox):
     from grader.exercises import find_script as find
     from grader.grade import GradeOptions, grade
 
+    executor = executor_for(sandboxed=not no_sandbox)
     ex = find(slug)
     console.text(f"== {ex.manifest.title}: {ex.manifest.symptom}")
     console.text("== 1/2 grading the broken script as shipped")
-    broken = grade(ex, GradeOptions(kind="broken", sandbox=not no_sandbox), progress=console.info)
+    broken = grade(ex, GradeOptions(kind="broken", executor=executor), progress=console.info)
     console.grade_result(broken)
     console.text("== 2/2 grading the reference fix")
-    fixed = grade(ex, GradeOptions(kind="solution", sandbox=not no_sandbox), progress=console.info)
+    fixed = grade(ex, GradeOptions(kind="solution", executor=executor), progress=console.info)
     console.grade_result(fixed)
     ok = not broken.passed and fixed.passed
     console.text("demo " + ("complete: the broken script fails and the fix passes" if ok else

@@ -12,6 +12,7 @@ import click
 from grader import console
 from grader.commands._options import device_option
 from grader.errors import UserError
+from harness.executor import Executor, Sandboxed, executor_for
 
 
 @click.command("grade")
@@ -39,6 +40,7 @@ def command(slug, workspace, kind, repeats, device, out, as_json, verbose, no_sa
     """
     if kind and workspace:
         raise UserError("give either --workspace, --solution or --broken")
+    executor = executor_for(sandboxed=not no_sandbox)
     if not kind:
         from grader.practice.state import find_root
         from grader.sessions.attempts import find_workspace, record_attempt
@@ -50,11 +52,11 @@ def command(slug, workspace, kind, repeats, device, out, as_json, verbose, no_sa
             marker = None  # the nearer workspace is a practice one
         if marker is not None and slug in (None, marker.exercise):
             res = record_attempt(marker, repeats=repeats, device=device, out=out, progress=console.info,
-                                 sandbox=not no_sandbox)
+                                 executor=executor)
             console.grade_result(res, as_json, verbose)
             sys.exit(res.exit_code)
         if practice is not None:
-            _practice(practice, slug, repeats, device, out, as_json, not no_sandbox, verbose)
+            _practice(practice, slug, repeats, device, out, as_json, executor, verbose)
     if slug is None:
         raise UserError("give SLUG (with --workspace DIR, --solution or --broken), or run `trainwreck grade` inside "
                         "a practice workspace (`trainwreck start SLUG` makes one) or a session workspace")
@@ -65,12 +67,12 @@ def command(slug, workspace, kind, repeats, device, out, as_json, verbose, no_sa
     from grader.grade import GradeOptions, grade
 
     res = grade(find(slug), GradeOptions(kind=kind, workspace=workspace, out_dir=out, repeats=repeats,
-                                         device=device, sandbox=not no_sandbox), progress=console.info)
+                                         device=device, executor=executor), progress=console.info)
     console.grade_result(res, as_json, verbose)
     sys.exit(res.exit_code)
 
 
-def _practice(root: Path, slug: str | None, repeats, device, out, as_json, sandbox: bool = True,
+def _practice(root: Path, slug: str | None, repeats, device, out, as_json, executor: Executor = Sandboxed(),
               verbose: bool = False) -> None:
     """Grade the practice workspace at ``root`` and record the attempt in its state file."""
     from grader import console_practice
@@ -81,7 +83,7 @@ def _practice(root: Path, slug: str | None, repeats, device, out, as_json, sandb
     if slug not in (None, ws.slug):
         return  # another exercise than the workspace's: graded as usual, not recorded
     res, shown = grade_workspace(ws, repeats=repeats, device=device, out=out, progress=console.info,
-                                 sandbox=sandbox)
+                                 executor=executor)
     if as_json:
         console.emit_json(shown)
     else:

@@ -13,6 +13,7 @@ from grader import console
 from grader.commands._options import device_option
 from grader.errors import EXIT_FAIL, EXIT_OK, UserError
 from harness import defaults
+from harness.executor import executor_for
 from harness.launch import KIT_ROOT, LaunchConfig, default_run_dir, launch
 from harness.phases import read_run as read_profile
 
@@ -71,18 +72,17 @@ def command(target, script_args, nproc, nnodes, rdzv_endpoint, rdzv_id, max_rest
                       rdzv_id=rdzv_id, max_restarts=max_restarts, device=device, hang_timeout=hang_timeout,
                       startup_timeout=startup_timeout, stall_timeout=stall_timeout, timeout=timeout,
                       pg_timeout=pg_timeout, run_dir=run_dir, profile=profile)
-    if sandbox:
-        from harness.sandbox import probe
-
-        if not (p := probe()).ok:
-            raise UserError(p.reason.replace("grade with --no-sandbox (unisolated)", "run without --sandbox"))
+    cfg.executor = executor_for(sandboxed=sandbox)
+    if (why := cfg.executor.refusal()) is not None:
+        raise UserError(why.replace("grade with --no-sandbox (unisolated)", "run without --sandbox"))
+    if cfg.executor.sandboxed:  # the one folder a sandboxed run may write: <run-dir>/work, outside the kit
         run_dir = cfg.run_dir
         assert run_dir is not None, "_config_for always sets the run dir"
         where = run_dir.resolve()
         if KIT_ROOT in where.parents and KIT_ROOT / ".trainwreck" not in where.parents:
             raise UserError(f"--sandbox: the run dir {where} is inside the kit, where a sandboxed run may not write; "
                             "give --run-dir a folder outside it")
-        cfg.sandbox, cfg.cwd = True, run_dir / "work"
+        cfg.cwd = run_dir / "work"
     with console.live_progress(enabled=not (as_json or tee)) as on_progress:
         res = launch(cfg, on_progress=console.stall_notices(on_progress), tee=console.rank_line if tee else None)
     prof = read_profile(res.run_dir) if profile else None

@@ -104,11 +104,13 @@ def import_cmd(session, archive, device, no_sandbox, verbose, db, as_json):
     import sys
 
     from grader.bundle.intake import check, record
+    from harness.executor import executor_for
 
+    executor = executor_for(sandboxed=not no_sandbox)
     with _store(db) as store:
         intake = check(store, session, archive)
         console.info(f"{archive}: {intake.exercise.slug}, submitted at {intake.at}")
-        res = record(store, intake, device=device, sandbox=not no_sandbox, progress=console.info)
+        res = record(store, intake, device=device, executor=executor, progress=console.info)
     console.grade_result(res, as_json, verbose)
     sys.exit(res.exit_code)
 

@@ -12,6 +12,7 @@ import click
 from grader import console
 from grader.commands._options import device_option
 from grader.errors import EXIT_FAIL, EXIT_OK, UserError
+from harness.executor import Executor, Sandboxed, executor_for
 
 
 @click.command("verify")
@@ -49,10 +50,11 @@ def command(slugs, device, out, as_json, variants, validity, ci_only, cases, lis
         raise UserError("--case picks cases of the validity suite; give it with --validity")
     if variants and validity:
         raise UserError("--variants and --validity are two suites; grade one at a time")
+    executor = executor_for(sandboxed=not no_sandbox)
     if validity:
-        _validity(list(slugs), device, out, as_json, not no_sandbox, ci_only, list_only, list(cases))
+        _validity(list(slugs), device, out, as_json, executor, ci_only, list_only, list(cases))
     if variants:
-        _variants(list(slugs), device, out, as_json, not no_sandbox, ci_only)
+        _variants(list(slugs), device, out, as_json, executor, ci_only)
     from grader.exercises import discover
     from grader.exercises import find_script as find
     from grader.verify import Verification, verify
@@ -66,7 +68,7 @@ def command(slugs, device, out, as_json, variants, validity, ci_only, cases, lis
     out = (out or Path(".trainwreck") / "verify" / datetime.now().strftime("%Y%m%d-%H%M%S")).resolve()
     report = [Verification.unloadable(e) for e in errors]
     for ex in scripts:
-        v = verify(ex, out / ex.slug, device=device, progress=console.info, sandbox=not no_sandbox)
+        v = verify(ex, out / ex.slug, device=device, progress=console.info, executor=executor)
         report.append(v)
         if not as_json:
             console.verify_line(v)
@@ -75,8 +77,8 @@ def command(slugs, device, out, as_json, variants, validity, ci_only, cases, lis
     sys.exit(EXIT_OK if all(v.ok for v in report) else EXIT_FAIL)
 
 
-def _variants(slugs: list[str], device: str, out: Path | None, as_json: bool, sandbox: bool = True,
-              ci_only: bool = False) -> None:
+def _variants(slugs: list[str], device: str, out: Path | None, as_json: bool,
+              executor: Executor = Sandboxed(), ci_only: bool = False) -> None:
     import time
 
     from grader.variants import discover as discover_variants
@@ -90,7 +92,7 @@ def _variants(slugs: list[str], device: str, out: Path | None, as_json: bool, sa
     for v in corpus:
         console.info(f"variant {v.id} ({v.spec.kind}, expected to {v.spec.expect})")
         started = time.monotonic()
-        o = grade_variant(v, out / v.slug / v.name, device=device, progress=console.info, sandbox=sandbox)
+        o = grade_variant(v, out / v.slug / v.name, device=device, progress=console.info, executor=executor)
         o.wall_s = round(time.monotonic() - started, 1)
         outcomes.append(o)
         if not as_json:
@@ -102,7 +104,7 @@ def _variants(slugs: list[str], device: str, out: Path | None, as_json: bool, sa
     sys.exit(EXIT_OK if all(o.agrees for o in outcomes) else EXIT_FAIL)
 
 
-def _validity(slugs: list[str], device: str, out: Path | None, as_json: bool, sandbox: bool, ci_only: bool,
+def _validity(slugs: list[str], device: str, out: Path | None, as_json: bool, executor: Executor, ci_only: bool,
               list_only: bool, names: list[str] | None = None) -> None:
     from grader.validity.run import grade_case, run_result, summary, write_result
     from grader.validity.suite import build, script_slugs
@@ -129,7 +131,7 @@ def _validity(slugs: list[str], device: str, out: Path | None, as_json: bool, sa
     for suite in suites:
         for case in suite.cases:
             console.info(f"{case.id} (expected to {case.spec.expect})")
-            o = grade_case(case, out, device=device, sandbox=sandbox, progress=console.info)
+            o = grade_case(case, out, device=device, executor=executor, progress=console.info)
             outcomes.append(o)
             if not as_json:
                 console.validity_line(o)

@@ -16,6 +16,7 @@ from grader import console_practice as show
 from grader.commands._options import device_option
 from grader.commands._practice import workspace_option
 from grader.practice.keys import KEYS, single_keys
+from harness.executor import executor_for
 
 
 @click.command("watch")
@@ -43,6 +44,7 @@ def command(max_runs, repeats, device, no_clear, verbose, workspace, as_json, no
     from grader.practice.workspace import editable, open_workspace
     from grader.submission import files_digest
 
+    executor = executor_for(sandboxed=not no_sandbox)
     ws = open_workspace(workspace)
     names = editable(ws.require_script("watch"))
 
@@ -56,7 +58,7 @@ def command(max_runs, repeats, device, no_clear, verbose, workspace, as_json, no
     with grading.sigterm_interrupts(), single_keys(None if as_json else sys.stdin) as keys:
         # SIGTERM stops watching as Ctrl-C does: the grading in flight is cancelled
         emit = console.emit_json_line if as_json else _shown(ws, clear, keys is not None, verbose)
-        watch.run(names, digest, lambda n: grading.spawn(ws, device=device, repeats=repeats, sandbox=not no_sandbox),
+        watch.run(names, digest, lambda n: grading.spawn(ws, device=device, repeats=repeats, executor=executor),
                   watch.file_changes(ws.root, names), emit, max_runs=max_runs,
                   last=(last["sha256"], last["view"]) if last and "sha256" in last and "view" in last else None,
                   keys=keys)

@@ -35,6 +35,7 @@ from grader.practice import state as st
 from grader.practice.state import Attempt, PracticeError, PracticeState
 from grader.practice.workspace import Workspace, editable
 from harness.defaults import user_home
+from harness.executor import Executor, Sandboxed
 
 KEEP_GRADINGS = 5  # finished gradings kept on disk per workspace (their summaries stay in the state file)
 ABANDONED_S = 6 * 3600  # an unfinished grading folder this old belongs to a grading that was killed
@@ -127,7 +128,8 @@ def sigterm_interrupts() -> Iterator[None]:
 
 
 def grade_workspace(ws: Workspace, *, repeats: int | None = None, device: str = "auto", out: Path | None = None,
-                    progress: Progress = lambda s: None, sandbox: bool = True) -> tuple[Any, dict[str, Any]]:
+                    progress: Progress = lambda s: None,
+                    executor: Executor = Sandboxed()) -> tuple[Any, dict[str, Any]]:
     """Grade the workspace's editable files as the manifest asks and record the attempt."""
     from grader.grade import GradeOptions, grade
 
@@ -142,7 +144,7 @@ def grade_workspace(ws: Workspace, *, repeats: int | None = None, device: str = 
     try:
         with sigterm_interrupts():
             res = grade(ex, GradeOptions(kind="workspace", workspace=ws.root, out_dir=out_dir, repeats=repeats,
-                                         device=device, sandbox=sandbox), progress=progress)
+                                         device=device, executor=executor), progress=progress)
             shown = record(ws, res, len(ex.manifest.hints))
         finished = True
     finally:
@@ -189,7 +191,7 @@ class GradingProcess:
     itself creates, empty: a used folder is refused), removed once read."""
 
     def __init__(self, ws: Workspace, device: str = "auto", repeats: int | None = None,
-                 out: Path | None = None, sandbox: bool = True):
+                 out: Path | None = None, executor: Executor = Sandboxed()):
         self.out = Path(out or new_out_dir(ws)).resolve()
         self.out.parent.mkdir(parents=True, exist_ok=True)
         self._stdout = self.out.with_name(f".{self.out.name}.stdout.json")
@@ -197,7 +199,7 @@ class GradingProcess:
         self._offset = 0
         cmd = [sys.executable, "-m", "grader.cli", "grade", "--json", "--workspace", str(ws.root),
                "--out", str(self.out), "--device", device, *(["--repeats", str(repeats)] if repeats else []),
-               *([] if sandbox else ["--no-sandbox"])]
+               *([] if executor.sandboxed else ["--no-sandbox"])]  # chosen again there, as asked here
         with open(self._stdout, "wb") as out_f, open(self._stderr, "wb") as err_f:
             self.proc = subprocess.Popen(cmd, stdout=out_f, stderr=err_f, stdin=subprocess.DEVNULL, cwd=ws.root)
         self._prune_root = grades_root(ws.root, ws.slug) if out is None else None
@@ -333,6 +335,7 @@ def _marked(out: Path, pid: int) -> list:
     return found
 
 
-def spawn(ws: Workspace, device: str = "auto", repeats: int | None = None, sandbox: bool = True) -> GradingProcess:
+def spawn(ws: Workspace, device: str = "auto", repeats: int | None = None,
+          executor: Executor = Sandboxed()) -> GradingProcess:
     """The grading `watch` starts on a save (tests replace this with a fake)."""
-    return GradingProcess(ws, device=device, repeats=repeats, sandbox=sandbox)
+    return GradingProcess(ws, device=device, repeats=repeats, executor=executor)

@@ -20,6 +20,7 @@ from grader.sessions.errors import SessionError
 from grader.sessions.models import Attempt
 from grader.sessions.store import Store
 from grader.sessions.workspace import Marker, editable, find_marker, read_diagnosis, snapshot
+from harness.executor import Executor, Sandboxed
 
 Progress = Callable[[str], None]
 
@@ -75,7 +76,8 @@ def begin(store: Store, marker: Marker, at: str | None = None) -> tuple[Any, Att
 
 
 def record_attempt(marker: Marker, *, repeats: int | None = None, device: str = "auto",
-                   out: Path | None = None, progress: Progress = lambda s: None, sandbox: bool = True,
+                   out: Path | None = None, progress: Progress = lambda s: None,
+                   executor: Executor = Sandboxed(),
                    at: str | None = None) -> Any:
     """Grade the workspace of ``marker`` and record the attempt (made at ``at``, default now);
     returns what ``grade`` returns."""
@@ -87,7 +89,7 @@ def record_attempt(marker: Marker, *, repeats: int | None = None, device: str = 
         out_dir = (out or grades_dir(store, attempt.session_id, attempt.slug, attempt.n)).resolve()
         try:
             res = grade(ex, GradeOptions(kind="workspace", workspace=marker.dir, out_dir=out_dir,
-                                         repeats=repeats, device=device, sandbox=sandbox), progress=progress)
+                                         repeats=repeats, device=device, executor=executor), progress=progress)
         except BaseException as e:  # an expected error, Ctrl-C, a bug: the row says so, then it goes on up
             status = "interrupted" if isinstance(e, KeyboardInterrupt) else "error"
             store.finish_attempt(attempt.id, status, error=f"{type(e).__name__}: {e}"[:2000])

@@ -16,6 +16,7 @@ from typing import Any
 
 from grader.validity.suite import Case
 from grader.variants import Outcome, grade_variant
+from harness.executor import Executor, Sandboxed
 
 FORMAT_VERSION = 1
 RESULT = "validity.json"
@@ -39,13 +40,13 @@ class CaseOutcome:
                 "wall_s": o.wall_s, "result_json": o.to_json()["result_json"]}
 
 
-def grade_case(case: Case, out: Path, device: str = "auto", sandbox: bool = True,
+def grade_case(case: Case, out: Path, device: str = "auto", executor: Executor = Sandboxed(),
                progress=lambda s: None) -> CaseOutcome:
     """Write the case's script as a workspace and grade it as the corpus grades a variant."""
     folder = out / case.slug / f"{case.kind}-{case.name}"
     v = case.variant(folder / "workspace")
     started = time.monotonic()
-    o = grade_variant(v, folder, device=device, progress=progress, sandbox=sandbox)
+    o = grade_variant(v, folder, device=device, progress=progress, executor=executor)
     o.wall_s = round(time.monotonic() - started, 1)
     return CaseOutcome(case, o)
 

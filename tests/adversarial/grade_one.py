@@ -21,7 +21,8 @@ import sys
 import traceback
 from pathlib import Path
 
-SANDBOX_FIELDS = ("sandbox", "isolated", "isolate")  # what the wiring may call GradeOptions' switch
+# what the wiring may call GradeOptions' switch: a bool once, the executor since issue 29
+SANDBOX_FIELDS = ("executor", "sandbox", "isolated", "isolate")
 
 
 def sandbox_option() -> str | None:
@@ -34,9 +35,10 @@ def sandbox_option() -> str | None:
 def _grade(slug: str, ws: str, out: str, sandbox: bool, throughput: bool) -> dict:
     from grader.exercises import find_script
     from grader.grade import GradeOptions, grade
+    from harness.executor import executor_for
 
     option = sandbox_option()
-    extra = {option: sandbox} if option else {}
+    extra = {option: executor_for(sandboxed=sandbox) if option == "executor" else sandbox} if option else {}
     res = grade(find_script(slug), GradeOptions(kind="workspace", workspace=Path(ws), out_dir=Path(out),
                                                 skip_measurements=not throughput, **extra))
     return {"outcome": "graded", "result": res.to_json(), "sandbox_option": option}

@@ -10,6 +10,7 @@ import pytest
 from grader.exercises import find
 from grader.grade import GradeOptions, grade, regrade
 from grader.result import GradeResult
+from harness.executor import executor_for
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +65,8 @@ def submission(tmp_path: Path, script: str, extra: dict[str, str] | None = None)
 
 
 def graded(tmp_path, ws, sandbox: bool = True):
-    return grade(EX, GradeOptions(kind="workspace", workspace=ws, out_dir=tmp_path / "out", sandbox=sandbox))
+    return grade(EX, GradeOptions(kind="workspace", workspace=ws, out_dir=tmp_path / "out",
+                                  executor=executor_for(sandboxed=sandbox)))
 
 
 def verdicts(res):

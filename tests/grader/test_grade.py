@@ -20,6 +20,7 @@ from grader.exercises import find
 from grader.grade import GradeOptions, grade, opaque_run_dir, regrade, run_role
 from grader.practice.grading import _named
 from harness.errors import LaunchError
+from harness.executor import Plain
 from tests.grader.builders import make_run
 
 TOKEN = re.compile(r"[0-9a-f]{16}")
@@ -48,7 +49,7 @@ def test_no_role_can_tell_its_role_from_its_folders(tmp_path, monkeypatch):
     monkeypatch.setattr(grade_mod, "reference_run", fake_reference)
     ex = find("slow-input-pipeline")
     out = tmp_path / "out"
-    res = grade(ex, GradeOptions(kind="solution", out_dir=out, repeats=1, sandbox=False))
+    res = grade(ex, GradeOptions(kind="solution", out_dir=out, repeats=1, executor=Plain()))
     runs = (out / "runs").resolve()
 
     # every work dir has the same shape, and nothing in it says main, tp-round0-candidate, ...

@@ -18,6 +18,7 @@ from grader.exercises import find
 from grader.grade import reference_run, regrade, run_role
 from grader.result import GradeResult
 from harness import rundir
+from harness.executor import Sandboxed
 from tests.grader.fakes import FakeManifest, spec
 from tests.grader.rundirs import RunDirBuilder
 
@@ -162,13 +163,13 @@ def test_a_tampered_cache_entry_is_reported_and_run_again(tmp_path, monkeypatch)
 
     monkeypatch.setattr("grader.grade.run_role", fake_run_role)
     ex = find(SLUG)
-    first = reference_run(ex, "cpu", 2, lambda s: None, sandboxed=True)
+    first = reference_run(ex, "cpu", 2, lambda s: None, executor=Sandboxed())
     assert len(calls) == 1
-    reference_run(ex, "cpu", 2, lambda s: None, sandboxed=True)
+    reference_run(ex, "cpu", 2, lambda s: None, executor=Sandboxed())
     assert len(calls) == 1  # a cache hit
     rundir.atomic_write_json(first.run_dir / "run.json", {**first.run, "status": "ok", "poisoned": True})
     notes: list[str] = []
-    again = reference_run(ex, "cpu", 2, lambda s: None, sandboxed=True, notes=notes)
+    again = reference_run(ex, "cpu", 2, lambda s: None, executor=Sandboxed(), notes=notes)
     assert len(calls) == 2 and "run.json was changed" in notes[0] and "run again" in notes[0]
     assert "poisoned" not in again.run and sealing.verify(again.run_dir).ok
 
@@ -202,7 +203,7 @@ def test_a_users_own_run_launches_with_glibcs_own_threshold(tmp_path, monkeypatc
     monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
     monkeypatch.delenv("TRAINWRECK_MMAP_THRESHOLD", raising=False)
     cfg = LaunchConfig(script=tmp_path / "train.py", cwd=tmp_path)
-    env = build_env(cfg, tmp_path, "k" * 32, "cpu")
+    env = build_env(cfg, tmp_path, "cpu")
     assert "MALLOC_MMAP_THRESHOLD_" not in env and "TRAINWRECK_MMAP_THRESHOLD" not in env
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from grader.roles import FINGERPRINTS, grading_env
 from harness import rundir
+from harness.executor import Sandboxed
 from harness.launch import Fault, LaunchConfig, launch
 from harness.rundir import VISIBLE_ENV as VISIBLE
 from tests.conftest import FIXTURES, assert_nothing_left
@@ -61,8 +62,8 @@ def test_sandboxed_no_process_of_the_run_holds_the_settings(tmp_path):
 
     if not sandbox.probe().ok:
         pytest.skip(sandbox.probe().reason)
-    main = probe(tmp_path, "main", env=grading_env(), sandbox=True)
-    resume = probe(tmp_path, "resume", env=grading_env(dict(FINGERPRINTS)), max_restarts=1, sandbox=True,
+    main = probe(tmp_path, "main", env=grading_env(), executor=Sandboxed())
+    resume = probe(tmp_path, "resume", env=grading_env(dict(FINGERPRINTS)), max_restarts=1, executor=Sandboxed(),
                    faults=[Fault(rank=0, step=50)])
     for seen in (main, resume):
         assert seen["others"][next(iter(seen["others"]))] is not None  # the launcher's block was read

@@ -1,4 +1,4 @@
-"""``harness.launch`` with ``sandbox=True`` (docs/sandbox.md, "Wiring"): the elastic launcher and its
+"""``harness.launch`` with the ``Sandboxed`` executor (docs/sandbox.md, "Wiring"): the elastic launcher and its
 ranks in bubblewrap, records over the parent's channel, memory sampled from outside, limits, and
 the faults: a rank SIGKILLed, the launch interrupted, the grader SIGKILLed (the channel folder it
 leaves is cleaned by the next one)."""
@@ -18,7 +18,8 @@ import pytest
 from harness import channel_server, rundir, sandbox
 from harness.channel import CHANNEL_ENV
 from harness.errors import LaunchError
-from harness.launch import Fault, LaunchConfig, build_env, launch
+from harness.executor import Plain, RunSpec, Sandboxed, executor_for
+from harness.launch import KIT_ROOT, Fault, LaunchConfig, build_env, launch
 from harness.limits import Limits
 from tests.conftest import FIXTURES, assert_nothing_left, ctrl_c_reaches_it
 
@@ -28,7 +29,7 @@ needs_bwrap = pytest.mark.skipif(not sandbox.probe().ok, reason=f"no sandbox her
 def run(tmp_path: Path, script: str, *args: str, **cfg):
     cfg.setdefault("run_dir", tmp_path / "run")
     cfg.setdefault("cwd", tmp_path / "run" / "work")
-    res = launch(LaunchConfig(script=FIXTURES / script, script_args=list(args), sandbox=True, **cfg))
+    res = launch(LaunchConfig(script=FIXTURES / script, script_args=list(args), executor=Sandboxed(), **cfg))
     assert_nothing_left(cfg["run_dir"])
     return res
 
@@ -42,21 +43,39 @@ def records(res, rank: int, name: str = rundir.EVENTS) -> rundir.Records:
 
 def test_a_sandboxed_launch_needs_a_work_dir():
     with pytest.raises(LaunchError, match="needs a work dir"):
-        LaunchConfig(script=FIXTURES / "ddp_ok.py", sandbox=True).validate()
+        LaunchConfig(script=FIXTURES / "ddp_ok.py", executor=Sandboxed()).validate()
 
 
+@pytest.mark.parametrize("executor", [Plain(), Sandboxed()])
+def test_the_key_is_in_no_environment_the_launch_builds_until_its_executor_gives_it(tmp_path, monkeypatch,
+                                                                                     executor):
+    monkeypatch.setenv(rundir.KEY_ENV, "a key of the caller's")
+    cfg = LaunchConfig(script=FIXTURES / "ddp_ok.py", executor=executor, cwd=tmp_path)
+    assert rundir.KEY_ENV not in build_env(cfg, tmp_path, "cpu")
+
+
+@needs_bwrap
 def test_the_key_is_never_in_a_sandboxed_ranks_environment(tmp_path):
-    cfg = LaunchConfig(script=FIXTURES / "ddp_ok.py", sandbox=True, cwd=tmp_path)
-    assert rundir.KEY_ENV not in build_env(cfg, tmp_path, "k" * 32, "cpu")
-    cfg.sandbox = False
-    assert build_env(cfg, tmp_path, "k" * 32, "cpu")[rundir.KEY_ENV] == "k" * 32
+    env = {rundir.KEY_ENV: "k" * 32, "TRAINWRECK_FAULTS": "[]", "PATH": "/usr/bin"}
+    spec = RunSpec(kit_root=KIT_ROOT, run_dir=tmp_path / "run", key="k" * 32, cwd=tmp_path / "work",
+                   script=(FIXTURES / "ddp_ok.py").resolve(), gpu=False, limits=Limits())
+    (tmp_path / "work").mkdir()
+    sandboxed = Sandboxed().prepare(spec)
+    try:
+        sandboxed.environ(env)
+    finally:
+        sandboxed.close()
+    assert rundir.KEY_ENV not in env and "TRAINWRECK_FAULTS" not in env  # the settings go over the channel
+    plain = dict(env)
+    Plain().prepare(spec).environ(plain)
+    assert plain[rundir.KEY_ENV] == "k" * 32  # unsandboxed, the ranks sign their own records
 
 
 @pytest.mark.parametrize("sandboxed", [True, False])
 def test_a_channel_left_in_the_callers_environment_never_reaches_a_rank(tmp_path, monkeypatch, sandboxed):
     monkeypatch.setenv(CHANNEL_ENV, "/tmp/tw-chan-gone/sock")
-    cfg = LaunchConfig(script=FIXTURES / "ddp_ok.py", sandbox=sandboxed, cwd=tmp_path)
-    assert CHANNEL_ENV not in build_env(cfg, tmp_path, "k" * 32, "cpu")
+    cfg = LaunchConfig(script=FIXTURES / "ddp_ok.py", executor=executor_for(sandboxed), cwd=tmp_path)
+    assert CHANNEL_ENV not in build_env(cfg, tmp_path, "cpu")
 
 
 def test_a_stale_channel_folder_of_a_dead_grader_is_removed(tmp_path):
@@ -130,7 +149,7 @@ def test_a_rank_sigkilled_from_outside_is_named_with_its_signal(tmp_path):
         outcome["pid"] = pid
 
     res = launch(LaunchConfig(script=FIXTURES / "slow.py", run_dir=tmp_path / "run", cwd=tmp_path / "run" / "work",
-                              sandbox=True, timeout=120), on_progress=kill_rank_1)
+                              executor=Sandboxed(), timeout=120), on_progress=kill_rank_1)
     assert_nothing_left(tmp_path / "run")
     assert outcome and res.status == "failed"
     assert res.failure["rank"] == 1 and "signal 9" in res.failure["reason"], res.failure
@@ -173,9 +192,10 @@ def test_interrupting_a_sandboxed_run_ends_everything_and_records_it(tmp_path, s
 GRADER_KILLED = """
 import sys
 from pathlib import Path
+from harness.executor import Sandboxed
 from harness.launch import LaunchConfig, launch
 launch(LaunchConfig(script=Path(sys.argv[1]), run_dir=Path(sys.argv[2]), cwd=Path(sys.argv[2]) / "work",
-                    sandbox=True))
+                    executor=Sandboxed()))
 """
 
 

@@ -15,6 +15,7 @@ from grader.checks import Context, run_check
 from grader.exercises import find
 from grader.grade import run_role
 from harness import rundir, sandbox
+from harness.executor import executor_for
 from tests.conftest import FIXTURES, assert_nothing_left
 
 pytestmark = pytest.mark.slow
@@ -24,7 +25,8 @@ KIT = FIXTURES / "upload_stall_kit"
 def test_a_reference_with_a_20_s_upload_stall_is_not_failed_as_hung(tmp_path):
     ex = find("upload-stall", root=KIT)
     assert ex.manifest.run.hang_timeout == 5
-    ev = run_role(ex, ex.solution_dir, tmp_path / "run", "reference", "cpu", 2, sandbox=sandbox.probe().ok)
+    ev = run_role(ex, ex.solution_dir, tmp_path / "run", "reference", "cpu", 2,
+                  executor=executor_for(sandboxed=sandbox.probe().ok))
     assert_nothing_left(tmp_path / "run")
     assert ev.status == "ok", rundir.load_run(tmp_path / "run").get("hang")
     [spec] = [c for c in ex.manifest.checks if c.name == "completes"]

@@ -75,7 +75,7 @@ class FakeGrader:
         self.hold, self.errors = hold, errors or {}
         self.jobs: list[FakeJob] = []
 
-    def __call__(self, ws, device: str = "auto", repeats: int | None = None, sandbox: bool = True) -> FakeJob:
+    def __call__(self, ws, device: str = "auto", repeats: int | None = None, executor=None) -> FakeJob:
         n = len(self.jobs) + 1
         job = FakeJob(n, hold=n in self.hold, error=self.errors.get(n))
         self.jobs.append(job)

@@ -18,6 +18,7 @@ from grader.grade import GradeOptions, grade, plan
 from grader.result import GradeResult
 from grader.roles import Role
 from harness import sandbox
+from harness.executor import Plain
 from tests.grader.rundirs import RunDirBuilder
 
 SLUG = "memory-leak"
@@ -76,8 +77,8 @@ def test_practice_and_session_gradings_refuse_too(invoke, tmp_path, no_bwrap, mo
 
 
 def _fake_runs(monkeypatch, tmp_path, seen: list):
-    def fake_run_role(ex_, script_dir, run_dir, role, device, nproc, script=None, sandbox=False, **kw):
-        seen.append((role, sandbox))
+    def fake_run_role(ex_, script_dir, run_dir, role, device, nproc, script=None, executor=Plain(), **kw):
+        seen.append((role, executor.sandboxed))
         b = RunDirBuilder(run_dir, world_size=nproc)
         for r in range(nproc):
             b.exit(r)
@@ -85,9 +86,9 @@ def _fake_runs(monkeypatch, tmp_path, seen: list):
         sealing.seal(run_dir)
         return load_run(role, Path(run_dir))
 
-    def fake_reference(ex_, device, nproc, progress, sandboxed=False, notes=None):
-        seen.append(("reference", sandboxed))
-        return fake_run_role(ex_, None, tmp_path / "ref", "reference", device, nproc, sandbox=sandboxed)
+    def fake_reference(ex_, device, nproc, progress, executor=Plain(), notes=None):
+        seen.append(("reference", executor.sandboxed))
+        return fake_run_role(ex_, None, tmp_path / "ref", "reference", device, nproc, executor=executor)
 
     monkeypatch.setattr("grader.grade.run_role", fake_run_role)
     monkeypatch.setattr("grader.grade.reference_run", fake_reference)
@@ -128,7 +129,7 @@ def test_no_sandbox_grades_unisolated_and_every_summary_says_so(invoke, tmp_path
     "comm-bound",  # the throughput rounds: broken, candidate, reference, the compute bound
 ])
 def test_a_sandboxed_grading_asks_the_sandbox_for_every_role(tmp_path, monkeypatch, slug):
-    """What the grading asks of the launcher (run_role's ``sandbox``) for each role it launches; that
+    """What the grading asks of the launcher (run_role's ``executor``) for each role it launches; that
     a launch asked for the sandbox runs in it is tests/harness/test_launch_sandboxed.py's to prove."""
     monkeypatch.setattr(sandbox, "probe", lambda: sandbox.Probe(True, "", "setuid"))
     seen: list = []
