@@ -38,13 +38,13 @@ Traffic: the collective trace's bytes against the bytes the run's own loopback c
 
 from __future__ import annotations
 
-import bisect
 import os
 import stat
 import statistics
 from pathlib import Path
 from typing import Any
 
+from grader.checks._held import CPU_FLOOR_MS, MIN_CHEAP_STEPS, cheap_steps
 from grader.evidence import traffic
 from grader.evidence.memory import interpolate
 from grader.evidence.saves import file_ops
@@ -55,8 +55,6 @@ from harness.isolation import PROC_SAMPLES
 MIN_MB = 10.0
 MIN_REL = 0.03
 MIN_STEPS = 8  # sampled steps, at least, to judge a rank's reports
-CPU_FLOOR_MS = 0.2  # a step claimed on less of the rank's CPU than this was not worked
-MIN_CHEAP_STEPS = 20  # claimed below the floor, at least, for a flag: not one short interval's jitter
 # A file's mtime later than the receipt of its last traced write's end: honest writes end before
 # their record is sent, so their mtime precedes the receipt. Measured over 1206 traced files left by
 # 400 stored gradings of every exercise (rewrites, mutations, partial fixes): at most 0.007 s later
@@ -87,8 +85,11 @@ def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
-def _memory(run: str, rank: int, attempt: int, steps: list[dict[str, Any]],
-            samples: list[dict[str, Any]]) -> Flag | None:
+def memory_off(steps: list[dict[str, Any]], samples: list[dict[str, Any]]) -> tuple[float, int, float] | None:
+    """What the rank reported of its memory against the parent's samples at the same moments:
+    (the median of reported - sampled in MB, the steps compared, the sampled level), where they
+    disagree beyond ``MIN_MB`` and ``MIN_REL``; None where they agree or too few steps fall among
+    the samples to tell."""
     # only samples up to the attempt's last step record: a sample after it may be of the process being
     # torn down (a rank killed by the parent was sampled at 8 MB as it went, which the steps between
     # the last live sample and that one were interpolated toward: a rank that said nothing false
@@ -113,12 +114,20 @@ def _memory(run: str, rank: int, attempt: int, steps: list[dict[str, Any]],
     level = statistics.median(levels)
     if off <= max(MIN_MB, MIN_REL * level):
         return None
-    signed = statistics.median(diffs)
+    return statistics.median(diffs), len(diffs), level
+
+
+def _memory(run: str, rank: int, attempt: int, steps: list[dict[str, Any]],
+            samples: list[dict[str, Any]]) -> Flag | None:
+    found = memory_off(steps, samples)
+    if found is None:
+        return None
+    signed, n, level = found
     return Flag(kind="disagree", run=run,
                 what=(f"rank {rank}{f' (attempt {attempt})' if attempt else ''} reported its memory "
                       f"{abs(signed):.0f} MB {'below' if signed < 0 else 'above'} what the parent sampled "
-                      f"from /proc at the same steps (median over {len(diffs)} steps; sampled level "
-                      f"{level:.0f} MB): the verdict used the parent's samples"))
+                      f"from /proc at the same steps (median over {n} steps; sampled level "
+                      f"{level:.0f} MB): memory_flat does not rest on what the rank reported"))
 
 
 def held_records(run: str, run_dir: Path) -> list[Flag]:
@@ -136,14 +145,8 @@ def held_records(run: str, run_dir: Path) -> list[Flag]:
 
 def _cpu(run: str, rank: int, attempt: int, steps: list[dict[str, Any]],
          samples: list[dict[str, Any]]) -> Flag | None:
-    pts = sorted((t, c) for s in samples if (t := _num(s.get("t"))) is not None
-                 and (c := _num(s.get("cpu_s"))) is not None)
-    received = sorted(t for e in steps if (t := _num(e.get("rt"))) is not None)
-    cheap, cpu = 0, 0.0
-    for (t0, c0), (t1, c1) in zip(pts, pts[1:]):
-        n = bisect.bisect_right(received, t1) - bisect.bisect_right(received, t0)
-        if n and (c1 - c0) * 1000 < CPU_FLOOR_MS * n:
-            cheap, cpu = cheap + n, cpu + max(c1 - c0, 0.0)
+    pts = [(t, c) for s in samples if (t := _num(s.get("t"))) is not None and (c := _num(s.get("cpu_s"))) is not None]
+    cheap, cpu, _ = cheap_steps([t for e in steps if (t := _num(e.get("rt"))) is not None], pts)
     if cheap < MIN_CHEAP_STEPS:
         return None
     return Flag(kind="disagree", run=run,

@@ -25,7 +25,17 @@
 
 A rank that held its step records back and sent them later (in one burst at the end: the steps then
 fall between two of the parent's samples, and the series would be what the rank reported) fails:
-a record of a later step reached the parent long before them (``grader.checks._held``)."""
+a record of a later step reached the parent long before them (``grader.checks._held``), or its step
+records reached the parent on less of its CPU than the steps need, or (where no sample of the
+parent's falls among them) all within a tenth of the time the reference run's took. Where no sample
+falls among its steps, the rank's own reports are the series only if they agree with the parent's
+samples at the same moments (the ``disagree`` flag's rule, ``grader.crosscheck.memory_off``: honest
+reports sit within 0.73 MB of the samples in the median, the rule's floor is 10 MB).
+What still passes: a rank that holds every record, then after training releases them at the
+reference's own pace, each re-stamped with its memory at the time, spinning its CPU; the samples
+then placed on its steps are its memory after training. The level against the reference's
+(``max_level_over_reference``) still sees a leak that grew it; a leak too small to move the level
+is not seen."""
 
 from __future__ import annotations
 
@@ -34,9 +44,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from grader.checks._held import held_back
+from grader.checks._held import against_reference, held_back
 from grader.checks.base import Check, CheckResult, CheckSpec, Context, need
-from grader.evidence.memory import Series, rank_series
+from grader.evidence.memory import REPORTED, Series, rank_series
 
 if TYPE_CHECKING:
     from grader.evidence import RunEvidence
@@ -171,6 +181,17 @@ def _level(ev: RunEvidence, warmup: int) -> tuple[float, str]:
     return best, what
 
 
+def _reports_off(ev: RunEvidence, rank: int) -> tuple[float, int, float] | None:
+    """Where the rank's reports of its memory disagree with the parent's samples of it (the
+    ``disagree`` flag's rule, ``grader.crosscheck.memory_off``), over its last attempt."""
+    from grader.crosscheck import memory_off
+
+    steps = [e for e in ev.events(rank) if e.get("kind") == "step"]
+    last = max((int(e.get("attempt", 0)) for e in steps), default=0)
+    return memory_off([e for e in steps if int(e.get("attempt", 0)) == last],
+                      [s for s in ev.proc_samples(rank) if s.get("a") == last])
+
+
 def judge(spec: Spec, ctx: Context) -> CheckResult:
     """Every signal is judged, and every one that fails is named (a balloon that flattens the RSS
     slope still fails on the counts and on the level, and the message says both)."""
@@ -179,9 +200,21 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
         return ev
     per_rank: dict[int, dict[str, Any]] = {}
     worst: int | None = None
+    reference = ctx.runs.get("reference")
     for r in sorted(ev.ranks):
         series = rank_series(ev, r)
         held = held_back(ev, r) if not ev.ranks[r].cuda_alloc_mb else None
+        fallback = series.what == REPORTED and ev.sandboxed  # no sample of the parent's among its steps
+        if held is None and fallback:  # a burst?
+            held = against_reference(ev, reference, r)
+        off = _reports_off(ev, r) if held is None and fallback else None
+        if off is not None:  # the fallback is the rank's reports: only where they agree with the samples
+            return CheckResult("memory_flat", False, f"no sample of the parent's lies among rank {r}'s steps by when "
+                               f"their records arrived, and what it reported of its memory is {abs(off[0]):.0f} MB "
+                               f"{'below' if off[0] < 0 else 'above'} what the parent sampled of it at the same "
+                               f"moments (median over {off[1]} steps): its step records do not describe the steps it "
+                               "ran, so its memory per step can be measured neither from outside nor by them",
+                               {"reports_off_mb": round(off[0], 1), "rank": r})
         if held is not None:
             return CheckResult("memory_flat", False, f"{held.sentence()}: the parent's memory samples cannot be placed "
                                "on its steps by when their records arrived, so its memory per step cannot be measured "

@@ -235,6 +235,15 @@ CASES: list[Case] = [
          "broken", ("_hold", "hold_records_leak"),
          Expect("memory_flat", ("held back",), not_passing=("memory_flat",), flags=("tampering",)), 240,
          ci=True, needs_sandbox=False),
+    Case("hold-everything-leak", "memory-leak", INSIDE,
+         "holds every record of every stream in the rank (its channel sender, wrapped) while the leak grows and "
+         "sends them all at the end in one burst, in order, each step with the first step's RSS and counts, "
+         "every record stamped with the time it is sent",
+         "step records that reached the parent on less of the rank's CPU than steps cost, or (no sample of the "
+         "parent's among them) all within a tenth of the time the reference's took, were held back: memory_flat "
+         "will not fall back to what the rank reported of its memory, and says why",
+         "broken", ("hold_everything_leak",),
+         Expect("memory_flat", ("held back",), not_passing=("memory_flat",)), 240, needs_sandbox=True),
     Case("computed-names", "memory-leak", INSIDE,
          "no literal name the static scan reads: the import machinery from the builtins by a computed name, "
          "base64-decoded code exec'd, a kit module imported by a computed name, the RSS reader and psutil "

@@ -89,3 +89,75 @@ def test_held_records_are_a_tampering_flag(tmp_path):
     flags = crosscheck.held_records("main", held.run_dir)
     assert [f.kind for f in flags] == ["tampering", "tampering"] and "held back" in flags[0].what, flags
     assert crosscheck.held_records("main", _run(tmp_path / "honest").run_dir) == []
+
+
+# ---- every stream held alike (the hostile suite's hold-everything-leak) ----------------------
+def _burst(root, steps=120, release_at=None, spacing=0.001, sample_at=(), cpu_per_step=0.05, leak=2.0, spin=0.0):
+    """A sandboxed 2-rank run, a step a second, whose step records and collective trace (every
+    stream) reach the parent at ``release_at``, ``spacing`` apart, in order, each claiming a flat
+    100 MB; honest (each record as its step ends) where ``release_at`` is None. The parent samples
+    each rank's own process every 0.5 s while it runs (its CPU grows ``cpu_per_step`` a second, its
+    memory ``leak`` MB a second; after training ``spin`` CPU-seconds a second), and at the extra
+    times ``sample_at``."""
+    from grader.evidence import load_run
+    from tests.grader.rundirs import RunDirBuilder
+
+    b = RunDirBuilder(root, sandbox={"isolated": True})
+    end = float(steps) + 0.5 if release_at is None else release_at + spacing * steps + 0.2
+    times = sorted({*(0.5 * k for k in range(1, int(end / 0.5) + 1)), *sample_at})
+    for r in range(2):
+        for s in range(1, steps + 1):
+            rt = float(s) + 0.01 if release_at is None else release_at + spacing * s
+            b.event(r, kind="step", attempt=0, t=rt - 0.0005, rt=rt, step=s, dt=1.0,
+                    rss_mb=100.0 if release_at is not None else 300.0 + leak * s, lr=[0.1])
+            b.add(r, "collectives.jsonl", a=0, seq=s, op="allreduce", ph="enter", step=s, t=rt, rt=rt + 0.0002)
+        for t in times:
+            worked = min(t, float(steps))  # training ends at the last step; the rank then idles until it exits
+            b.add(r, "proc.jsonl", a=0, t=t, pid=100 + r, rss_mb=300.0 + leak * worked, tree_mb=300.0 + leak * worked,
+                  cpu_s=1.0 + cpu_per_step * worked + spin * max(t - steps, 0.0), gen=0, procs=1)
+        b.exit(r, t=end + 0.1, steps=steps)
+    return load_run(root.name, b.build())
+
+
+MEMORY = spec("memory_flat", warmup_steps=10, max_slope_mb_per_step=0.1)
+
+
+def test_a_burst_no_sample_falls_in_is_held_back_against_the_reference(tmp_path):
+    ref = _burst(tmp_path / "reference", leak=0.0)
+    burst = _burst(tmp_path / "main", release_at=130.0)  # after the last sample: none among its steps
+    assert held_back(burst, 0) is None  # nothing arrived out of order, and no sample interval holds it
+    c = run_check(MEMORY, Context(FakeManifest(), {"main": burst, "reference": ref}))
+    assert not c.passed and "held back" in c.message and "apart" in c.message, c.message
+    assert "100 MB" not in c.message and c.evidence["held_back"]["records"] == 120
+    # the honest fix of the same exercise against the same reference is judged from the samples
+    honest = run_check(MEMORY, Context(FakeManifest(), {"main": _burst(tmp_path / "honest", leak=0.0),
+                                                        "reference": ref}))
+    assert honest.passed, honest.message
+
+
+def test_a_burst_at_the_reference_pace_is_not_taken_for_one(tmp_path):
+    ref = _burst(tmp_path / "reference", leak=0.0)
+    fast = _burst(tmp_path / "main", release_at=130.0, spacing=0.2, leak=0.0)  # 5x the reference's pace
+    from grader.checks._held import against_reference
+
+    assert against_reference(fast, ref, 0) is None
+
+
+def test_steps_that_arrived_on_too_little_cpu_were_held_back(tmp_path):
+    # samples every 0.5 s through the release: 120 steps arrive within one interval that holds no CPU
+    ev = _burst(tmp_path / "main", release_at=121.0, spacing=0.002, cpu_per_step=0.05, sample_at=(121.5,))
+    h = held_back(ev, 0)
+    assert h is not None and h.cpu_ms is not None and h.held == 120, h
+    assert "under 0.2 ms a step" in h.sentence()
+    assert held_back(_burst(tmp_path / "honest"), 0) is None
+
+
+def test_reports_that_disagree_with_the_samples_are_not_the_fallback(tmp_path):
+    # released after training over 0.3 s with one sample among the steps (too few to place them
+    # on), spinning its CPU so that no interval looks unworked, no reference run: the flat 100 MB
+    # the rank reports is far below the 540 MB the parent sampled
+    ev = _burst(tmp_path / "main", release_at=130.05, spacing=0.0025, sample_at=(130.2,), spin=1.0)
+    assert held_back(ev, 0) is None
+    c = run_check(MEMORY, Context(FakeManifest(), {"main": ev}))
+    assert not c.passed and "do not describe the steps" in c.message and "below" in c.message, c.message
+    assert c.evidence["reports_off_mb"] < -200
