@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -21,9 +22,11 @@ def command(slug, no_sandbox):
     then the reference fix graded (passing)."""
     from grader.exercises import find_script as find
     from grader.grade import GradeOptions, grade
+    from grader.sessions.reveals import reference_graded
 
     executor = executor_for(sandboxed=not no_sandbox)
     ex = find(slug)
+    reference_graded(Path.cwd(), ex.slug, "demo")  # it grades the reference: refused or recorded in an open session
     console.text(f"== {ex.manifest.title}: {ex.manifest.symptom}")
     console.text("== 1/2 grading the broken script as shipped")
     broken = grade(ex, GradeOptions(kind="broken", executor=executor), progress=console.info)

@@ -66,7 +66,12 @@ def command(slug, workspace, kind, repeats, device, out, as_json, verbose, no_sa
     from grader.exercises import find_script as find
     from grader.grade import GradeOptions, grade
 
-    res = grade(find(slug), GradeOptions(kind=kind, workspace=workspace, out_dir=out, repeats=repeats,
+    ex = find(slug)
+    if kind == "solution":  # while a session is open for it, an answer like `solution`: recorded or refused
+        from grader.sessions.reveals import reference_graded
+
+        reference_graded(Path.cwd(), ex.slug, "grade --solution")
+    res = grade(ex, GradeOptions(kind=kind, workspace=workspace, out_dir=out, repeats=repeats,
                                          device=device, executor=executor), progress=console.info)
     console.grade_result(res, as_json, verbose)
     sys.exit(res.exit_code)

@@ -115,3 +115,13 @@ def solution(ws, with_notes: bool):
     sol = reference(ws)
     w.record(what)
     return sol
+
+
+def reference_graded(place: Path, slug: str, command: str) -> None:
+    """``grade --solution`` and ``demo`` grade the reference fix: its verdicts reach the screen and
+    its code the grading's folder. While a session is open for ``slug`` (or from inside a session
+    workspace) that is refused or recorded, as ``solution`` is."""
+    w = watch(place, slug)
+    what = f"the reference graded (`trainwreck {command}`)"
+    w.refuse(what)
+    w.record(what)

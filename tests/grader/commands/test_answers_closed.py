@@ -94,6 +94,30 @@ def test_a_session_made_to_refuse_answers_refuses_them_in_one_line_and_records_t
     assert len(reveals(home, sid)) == 4
 
 
+def test_grading_the_reference_is_an_answer_too(invoke, tmp_path, home, monkeypatch):
+    """`grade --solution` and `demo` grade the reference (its verdicts on the screen, its code in the
+    grading's folder): refused before anything runs where the session refuses answers, else recorded."""
+    import grader.grade
+
+    closed, _ = new_session(invoke, tmp_path, "--answers", "refuse")
+    graded: list[str] = []
+    monkeypatch.setattr(grader.grade, "grade", lambda ex, opts, progress=None: graded.append(opts.kind) or 1 / 0)
+    for args in (["grade", SLUG, "--solution"], ["demo", SLUG]):
+        r = invoke(*args, cwd=tmp_path)
+        assert r.code == 2 and r.err.count("\n") == 1 and f"interview session {closed} is open" in r.err, r.err
+    assert graded == [] and not (tmp_path / ".trainwreck").exists()  # nothing ran, nothing was written
+    assert [w for w, o, _ in reveals(home, closed)] == ["the reference graded (`trainwreck grade --solution`)",
+                                                         "the reference graded (`trainwreck demo`)"]
+    assert invoke("session", "close", closed).code == 0
+
+    sid, _ = new_session(invoke, tmp_path / "b")
+    invoke("grade", SLUG, "--solution", cwd=tmp_path)  # recorded, then graded (the fake stops it there)
+    assert graded == ["solution"]
+    assert reveals(home, sid) == [("the reference graded (`trainwreck grade --solution`)", "shown", str(tmp_path))]
+    invoke("grade", SLUG, "--broken", cwd=tmp_path)  # the broken script is no answer
+    assert len(reveals(home, sid)) == 1
+
+
 def test_an_open_session_for_the_exercise_sees_a_reveal_from_anywhere_on_the_machine(invoke, tmp_path, home):
     sid, _ = new_session(invoke, tmp_path)
     other, _ = new_session(invoke, tmp_path / "b", slug="sampler-replay")
