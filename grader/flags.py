@@ -102,7 +102,7 @@ def run_flags(run: str, run_dir: Path) -> list[Flag]:
 
 
 AUDIT_WHAT = {"kit": "opened the kit's file", "proc": "read", "outside": "wrote outside the working directory:",
-              "ctypes": "used ctypes:", "spawn": "started a program:"}
+              "ctypes": "used ctypes:", "spawn": "started a program:", "exec": "ran code made at run time:"}
 
 
 def _audit_flags(run: str, run_dir: Path) -> list[Flag]:

@@ -15,7 +15,13 @@ offers no way). It reports, once each, as ``audit`` events over the rank's recor
   process's ``environ``, ``cmdline`` or ``mem``);
 - ``outside``: a file opened for writing outside the working directory and the temporary folders;
 - ``ctypes``: a shared library loaded, or a symbol looked up, through ``ctypes``;
-- ``spawn``: a program started (``subprocess``, ``os.exec*``, ``os.system``, ``os.posix_spawn``).
+- ``spawn``: a program started (``subprocess``, ``os.exec*``, ``os.system``, ``os.posix_spawn``);
+- ``exec``: code made at run time and run: ``exec``, ``eval`` or ``compile`` of a string, or ``exec``
+  of a code object, called by the script's own line (a decoded payload, a computed program); the
+  text of a ``.py`` file of the script's own folder is not (nanoGPT's ``exec(open("configurator.py")
+  .read())``). Only the script's direct call counts: the standard library generating code for it (``dataclasses``,
+  ``namedtuple``) and torch compiling its graphs are their own callers, and the import system's
+  compiling of a module is an import.
 
 Only what the script itself caused counts: a frame of the submission's files (the script's folder)
 or of the working directory must be on the call's stack, with no frame of the kit's inside it (the
@@ -29,6 +35,7 @@ What is reported is for the interviewer (``grader.flags``); no verdict rests on 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import threading
@@ -37,8 +44,9 @@ from types import FrameType
 from typing import Any
 
 MAX_EVENTS = 40  # per process: the first ones, each (kind, what) once
+OWN_FILE_CAP = 1 << 20  # a file of the script's folder read to know its text when exec'd: a script, not data
 WATCHED = frozenset({"open", "import", "ctypes.dlopen", "ctypes.dlsym", "subprocess.Popen", "os.exec", "os.system",
-                     "os.posix_spawn", "os.spawn"})
+                     "os.posix_spawn", "os.spawn", "exec", "compile"})
 _STDLIB = os.path.dirname(os.__file__) + os.sep
 KIT_PACKAGES = ("harness", "grader")
 ALLOWED_IMPORTS = frozenset({"harness.workloads"})  # what an exercise script may import of the kit
@@ -64,12 +72,17 @@ class Auditor:
         self.transparent = tuple(os.path.join(here, f) for f in TRANSPARENT)
         self.seen: set[tuple[str, str]] = set()
         self._busy = threading.local()
+        self._own = False  # the last compile was of a file of the script's own folder
+        self._own_hashes: set[str] | None = None  # sha256 of the folder's .py files, read on first need
 
     def hook(self, event: str, args: tuple[Any, ...]) -> None:
         if event not in WATCHED or getattr(self._busy, "on", False) or len(self.seen) >= MAX_EVENTS:
             return
         self._busy.on = True
         try:
+            if event in ("exec", "compile"):
+                self._generated(event, args)
+                return
             found = self._classify(event, args)
             if found is None:
                 return
@@ -91,6 +104,50 @@ class Auditor:
             pass
         finally:
             self._busy.on = False
+
+    def _generated(self, event: str, args: tuple[Any, ...]) -> None:
+        """``exec``/``eval``/``compile`` called by a line of the script itself (the frame that called
+        the builtin is the script's): reported once per kind of call."""
+        caller = sys._getframe(2)  # 0: here, 1: hook, 2: the Python frame that called the builtin
+        fn = caller.f_code.co_filename
+        if not (fn.startswith(self.mine) or fn.startswith(self.work)):
+            return
+        if event == "compile":
+            source, name = (tuple(args) + (None, None))[:2]
+            # nanoGPT's `exec(open("configurator.py").read())`: a file of the script's own folder, run
+            self._own = self._own_file(source)
+            if self._own:
+                return
+        else:
+            name = getattr(args[0] if args else None, "co_filename", "?")
+            if self._own:  # the exec that follows the compile of the script's own file
+                self._own = False
+                return
+        # compile then exec of the same program (exec of a string does both) is one report, by its name
+        found = ("exec", f"code named {str(name)[:80]!r}")
+        if found not in self.seen:
+            self.seen.add(found)
+            self.send(*found, f"{os.path.basename(fn)}:{caller.f_lineno}")
+
+    def _own_file(self, source: Any) -> bool:
+        """Whether ``source`` is the text of a Python file in the submission's folder."""
+        if isinstance(source, str):
+            source = source.encode("utf-8", "surrogatepass")
+        if not isinstance(source, bytes):
+            return False
+        if self._own_hashes is None:
+            self._own_hashes = set()
+            for d in self.mine:
+                try:
+                    names = os.listdir(d)
+                except OSError:
+                    continue
+                for n in names:
+                    path = os.path.join(d, n)
+                    if n.endswith(".py") and os.path.isfile(path) and os.path.getsize(path) < OWN_FILE_CAP:
+                        with open(path, "rb") as f:
+                            self._own_hashes.add(hashlib.sha256(f.read()).hexdigest())
+        return hashlib.sha256(source).hexdigest() in self._own_hashes
 
     def _classify(self, event: str, args: tuple[Any, ...]) -> tuple[str, str] | None:
         if event == "open":

@@ -52,6 +52,38 @@ def test_what_the_script_does_is_reported(tmp_path, event, args, kind):
         assert sent[0][2] == "train.py:1"
 
 
+@pytest.mark.parametrize("event, args", [
+    ("compile", ("x = 1", "<payload>", "exec", 0)),
+    ("exec", (compile("x = 1", "<payload>", "exec"),)),
+])
+def test_code_made_at_run_time_is_reported_once_by_its_name_when_the_script_runs_it(tmp_path, event, args):
+    a, sent, sub, work = make(tmp_path)
+    call_from(str(sub / "train.py"), a, event, args)
+    call_from(str(sub / "train.py"), a, "compile" if event == "exec" else "exec", (compile("", "<payload>", "exec"),)
+              if event == "compile" else ("", "<payload>", "exec", 0))  # the other half of the same exec: once
+    assert sent == [("exec", "code named '<payload>'", "train.py:1")]
+
+
+def test_a_file_of_the_scripts_own_folder_run_by_exec_is_the_scripts(tmp_path):
+    a, sent, sub, work = make(tmp_path)
+    (sub / "configurator.py").write_text("batch_size = 8\n")
+    text = (sub / "configurator.py").read_text()
+    call_from(str(sub / "train.py"), a, "compile", (text, "<string>", "exec", 0))  # exec(open(...).read())
+    call_from(str(sub / "train.py"), a, "exec", (compile(text, "<string>", "exec"),))
+    assert sent == []
+    call_from(str(sub / "train.py"), a, "compile", ("import os", "<string>", "exec", 0))  # then a payload
+    assert [s[0] for s in sent] == ["exec"]
+
+
+@pytest.mark.parametrize("caller", [os.path.join(os.path.dirname(os.__file__), "dataclasses.py"),
+                                    "/site-packages/torch/_dynamo/codegen.py"])
+def test_code_the_standard_library_or_torch_makes_is_theirs(tmp_path, caller):
+    a, sent, sub, work = make(tmp_path)
+    call_from(caller, a, "compile", ("def __init__(self): pass", "<string>", "exec", 0))
+    call_from(caller, a, "exec", (compile("x = 1", "<string>", "exec"),))
+    assert sent == []
+
+
 def test_writes_in_the_working_directory_are_the_job_s(tmp_path):
     a, sent, sub, work = make(tmp_path)
     call_from(str(sub / "train.py"), a, "open", (str(work / "out" / "ckpt.pt"), "wb", 0))
@@ -117,5 +149,8 @@ def test_a_real_run_reports_what_its_script_did(tmp_path):
     assert res.status == "ok"
     flags = [f for f in run_flags("main", res.run_dir) if f.kind == "behaviour"]
     whats = " | ".join(f"{f.what} @ {f.where}" for f in flags)
-    assert "read /proc/1/cmdline @ audited.py:8" in whats and "used ctypes: ctypes.dlopen" in whats
-    assert len(flags) == 2  # the harness's own reads of /proc and torch's libraries are not the script's
+    assert "read /proc/1/cmdline @ audited.py:12" in whats and "used ctypes: ctypes.dlopen" in whats
+    assert "ran code made at run time: code named '<string>' @ audited.py:17" in whats
+    # the harness's own reads of /proc, torch's libraries, the dataclass's and namedtuple's generated
+    # code are not the script's
+    assert len(flags) == 3, whats
