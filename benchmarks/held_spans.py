@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from grader.checks._held import _arrivals
+from grader.checks._held import arrivals
 from grader.evidence import load_run
 from grader.evidence.memory import REPORTED, rank_series
 
@@ -38,7 +38,7 @@ def main(roots: list[str]) -> None:
             if not ev.sandboxed:
                 continue
             for r in sorted(ev.ranks):
-                mine, theirs = _arrivals(ev, r), _arrivals(ref, r)  # type: ignore[arg-type]
+                mine, theirs = arrivals(ev, r), arrivals(ref, r)  # type: ignore[arg-type]
                 if len(mine) < 20 or len(theirs) < 20:
                     continue
                 step = (mine[-1] - mine[0]) / (len(mine) - 1) * 1000  # ms between arrivals, per step

@@ -56,11 +56,11 @@ class Held:
     held: int  # step records that came more than HELD_S after a record of their step or later
     steps: int  # step records of the attempt
     cpu_ms: float | None = None  # held by the CPU rule: the rank's CPU over the intervals those records arrived in
-    spans_s: tuple[float, float] | None = None  # held by the reference rule: ms between its step records' arrivals, the reference's
+    pace_ms: tuple[float, float] | None = None  # held by the reference rule: ms between its step records' arrivals, the reference's
 
     def sentence(self) -> str:
-        if self.spans_s is not None:
-            mine, ref = self.spans_s
+        if self.pace_ms is not None:
+            mine, ref = self.pace_ms
             return (f"rank {self.rank}'s step records were held back in the rank: its {self.steps} step records reached "
                     f"the parent {mine:.2f} ms apart, where the reference run's, the same workload, arrived "
                     f"{ref:.0f} ms apart as its steps ran ({ref / max(mine, 1e-3):.0f}x; an honest fix's steps are not "
@@ -110,23 +110,29 @@ def held_back(ev: RunEvidence, rank: int) -> Held | None:
     return found
 
 
-def _arrivals(ev: RunEvidence, rank: int) -> list[float]:
-    """When the parent received the step records of the rank's last attempt, in order."""
+def _last_steps(ev: RunEvidence, rank: int) -> tuple[int, list[dict[str, Any]]]:
+    """The rank's last attempt and its step records that carry a step number and a receive time."""
     steps = [e for e in ev.events(rank) if e.get("kind") == "step" and _attempt(e) is not None]
     if not steps:
-        return []
+        return 0, []
     last = max(a for e in steps if (a := _attempt(e)) is not None)
-    return sorted(t for e in steps if _attempt(e) == last and (t := _num(e.get("rt"))) is not None)
+    return last, [e for e in steps if _attempt(e) == last and type(e.get("step")) is int
+                  and _num(e.get("rt")) is not None]
+
+
+def arrivals(ev: RunEvidence, rank: int) -> list[float]:
+    """When the parent received the step records of the rank's last attempt, in order."""
+    return sorted(float(e["rt"]) for e in _last_steps(ev, rank)[1])
 
 
 def against_reference(ev: RunEvidence, ref: RunEvidence | None, rank: int) -> Held | None:
     """A burst no sample of the parent's falls in: the rank's step records all arrived within a
     small fraction of the time the reference run's took (the same workload, run by the same
     parent), so nothing placed them on the time their steps ran. Only where the reference's arrived
-    over at least ``MIN_REF_SPAN_S`` (long enough to be sampled) and held nothing back itself."""
+    over at least ``MIN_REF_SPAN_S`` (long enough to be sampled)."""
     if ref is None or not ev.sandboxed or not ref.sandboxed or rank not in ref.ranks:
         return None
-    mine, theirs = _arrivals(ev, rank), _arrivals(ref, rank)
+    mine, theirs = arrivals(ev, rank), arrivals(ref, rank)
     if len(mine) < MIN_CHEAP_STEPS or len(theirs) < MIN_CHEAP_STEPS:
         return None
     span, ref_span = mine[-1] - mine[0], theirs[-1] - theirs[0]
@@ -134,15 +140,13 @@ def against_reference(ev: RunEvidence, ref: RunEvidence | None, rank: int) -> He
     if ref_span < MIN_REF_SPAN_S or span / (len(mine) - 1) * SPAN_RATIO >= ref_span / (len(theirs) - 1):
         return None
     return Held(rank, 0, 0.0, "", 0, len(mine), len(mine),
-                spans_s=(round(span / (len(mine) - 1) * 1000, 3), round(ref_span / (len(theirs) - 1) * 1000, 3)))
+                pace_ms=(round(span / (len(mine) - 1) * 1000, 3), round(ref_span / (len(theirs) - 1) * 1000, 3)))
 
 
 def _unworked(ev: RunEvidence, rank: int) -> Held | None:
-    steps = [e for e in ev.events(rank) if e.get("kind") == "step" and _attempt(e) is not None]
+    last, steps = _last_steps(ev, rank)
     if not steps:
         return None
-    last = max(a for e in steps if (a := _attempt(e)) is not None)
-    steps = [e for e in steps if _attempt(e) == last and type(e.get("step")) is int and _num(e.get("rt")) is not None]
     samples = [(t, c) for s in ev.proc_samples(rank) if s.get("a") == last
                and (t := _num(s.get("t"))) is not None and (c := _num(s.get("cpu_s"))) is not None]
     cheap, cpu, first = cheap_steps([float(e["rt"]) for e in steps], samples)
@@ -156,11 +160,7 @@ def _out_of_order(ev: RunEvidence, rank: int) -> Held | None:
     if not ev.sandboxed:
         return None
     events = ev.events(rank)
-    steps = [e for e in events if e.get("kind") == "step" and _attempt(e) is not None]
-    if not steps:
-        return None
-    last = max(a for e in steps if (a := _attempt(e)) is not None)
-    steps = [e for e in steps if _attempt(e) == last and type(e.get("step")) is int and _num(e.get("rt")) is not None]
+    last, steps = _last_steps(ev, rank)
     if not steps:
         return None
     # the earliest arrival of a record carrying each step number, per source
