@@ -5,6 +5,7 @@ result.json and judges them again; it never launches anything."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import os
@@ -22,7 +23,6 @@ from typing import Any
 from grader import flags as flags_mod
 from grader import sealing
 from grader.checks import REGISTRY
-from grader.checks.throughput import Measuring
 from grader.errors import UserError
 from grader.evidence import EnvironmentFailure, RunEvidence, TamperedRun, harness_failed, load_run
 from grader.exercises import Exercise, kit_root
@@ -31,7 +31,7 @@ from grader.manifest import Manifest
 from grader.result import Flag, GradeResult, Isolation, SubmissionInfo
 from grader.roles import FINGERPRINTS, Plan, Role, RunRequest, grading_env
 from grader.submission import Submission, assemble, check_source, files_digest
-from grader.throughput import job_rate
+from grader.throughput import Measuring, job_rate
 from harness.errors import LaunchError
 from harness.executor import Executor, Plain, Sandboxed
 from harness.faults import OVERFLOW_ENV
@@ -202,8 +202,8 @@ def reference_run(ex: Exercise, device: str, nproc: int, progress: Progress, exe
             progress(note)
             if notes is not None:
                 notes.append(note)
-        except EnvironmentFailure:
-            pass  # unreadable: made again below
+        except (EnvironmentFailure, OSError):
+            pass  # unreadable, or moved aside by another grading meanwhile: made again below
     progress(f"running the reference solution (world size {nproc}; cached afterwards)")
     tmp = cache.with_name(cache.name + f".tmp{os.getpid()}")
     src = tmp.parent / (tmp.name + "-src")
@@ -232,8 +232,24 @@ def reference_run(ex: Exercise, device: str, nproc: int, progress: Progress, exe
     else:
         raise EnvironmentFailure(f"the reference solution of {m.slug} did not complete "
                                  f"(status {ev.status}, run dir {tmp}); the kit or the machine is broken")
-    shutil.rmtree(cache, ignore_errors=True)
-    os.replace(tmp, cache)
+    # Gradings run side by side (two interviews, pytest-xdist): where another grading put the same
+    # reference there meanwhile, that one stays and this run is dropped; a stale entry is moved
+    # aside in one step before it is removed, so no reader finds it half gone.
+    if cache.exists():
+        with contextlib.suppress(EnvironmentFailure, OSError):
+            theirs = load_run("reference", cache, sealed=True)
+            if theirs.status == "ok":
+                shutil.rmtree(tmp, ignore_errors=True)
+                shutil.rmtree(src, ignore_errors=True)
+                return theirs
+        stale = cache.with_name(cache.name + f".stale{os.getpid()}")
+        with contextlib.suppress(OSError):
+            os.replace(cache, stale)
+        shutil.rmtree(stale, ignore_errors=True)
+    try:
+        os.replace(tmp, cache)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
     shutil.rmtree(src, ignore_errors=True)
     return load_run("reference", cache)
 
