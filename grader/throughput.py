@@ -176,6 +176,36 @@ def measure(run: Callable[[str, str], RunEvidence], rounds: int, warmup_rounds: 
     return per_round
 
 
+@dataclass
+class Measuring:
+    """What the measurement needs from the grading: a launcher per role (broken, candidate,
+    reference, bound) and the options of this grading."""
+
+    run: Callable[[str, str], Any]  # (role, tag) -> RunEvidence
+    repeats: int | None = None  # the grader's --repeats, else the exercise's rounds
+    quick: bool = False  # one round, no warm-up, no bound: enough to show a script is no faster
+
+
+# A quick measurement whose single round lands between the pass bar and this many times it is
+# ambiguous on a busy machine (a broken script measured against itself read 1.86x once, at load 8,
+# against a bar of 1.75x): two more rounds are taken and the median decides.
+AMBIGUOUS = 1.5
+
+
+def measure_for(how: Measuring, rounds: int, warmup_rounds: int, bound: bool, pass_speedup: float) -> dict[str, Any]:
+    """The rounds a grading takes: ``rounds`` after ``warmup_rounds`` (``how.repeats`` overrides the
+    count), or in a quick measurement one round, and two more where it lands near the pass bar."""
+    if how.quick:
+        per_round = measure(how.run, 1, 0, bound=False)
+        r = per_round[0]
+        ratio = candidate_rate(r, startup_charge(per_round)) / r["broken"] if r["broken"] > 0 else 0.0
+        if pass_speedup <= ratio < AMBIGUOUS * pass_speedup:
+            per_round += measure(lambda role, tag: how.run(role, tag.replace("round", "again")), 2, 0, bound=False)
+        return {"rounds": per_round, "bound": False, "quick": True}
+    return {"rounds": measure(how.run, how.repeats or rounds, warmup_rounds, bound=bound), "bound": bound,
+            "quick": False}
+
+
 def summarize(per_round: list[dict[str, Any]], suspicious_factor: float, pass_speedup: float,
               bound: bool = False) -> ThroughputResult:
     """The figures of measured rounds: medians of per-round ratios, spread, RE-Bench normalisation,

@@ -6,16 +6,13 @@ answer earns nothing. Its runs are the measurement rounds, not the grading's ord
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator
 
 from grader.checks.base import Check, CheckResult, CheckSpec, Context
-from grader.throughput import ThroughputResult, candidate_rate, startup_charge, summarize
-from grader.throughput import measure as measure_rounds
+from grader.throughput import Measuring, ThroughputResult, measure_for, summarize
 
 if TYPE_CHECKING:
     from grader.manifest import Manifest
@@ -57,34 +54,8 @@ class Spec(CheckSpec):
         return None
 
 
-@dataclass
-class Measuring:
-    """What the measurement needs from the grading: a launcher per role (broken, candidate,
-    reference, bound) and the options of this grading."""
-
-    run: Callable[[str, str], Any]  # (role, tag) -> RunEvidence
-    repeats: int | None = None  # the grader's --repeats, else the spec's rounds
-    quick: bool = False  # one round, no warm-up, no bound: enough to show a script is no faster
-
-
-# A quick measurement whose single round lands between the pass bar and this many times it is
-# ambiguous on a busy machine (a broken script measured against itself read 1.86x once, at load 8,
-# against a bar of 1.75x): two more rounds are taken and the median decides.
-AMBIGUOUS = 1.5
-
-
 def measure(spec: Spec, how: Measuring) -> dict[str, Any]:
-    if how.quick:
-        rounds = measure_rounds(how.run, 1, 0, bound=False)
-        r = rounds[0]
-        ratio = candidate_rate(r, startup_charge(rounds)) / r["broken"] if r["broken"] > 0 else 0.0
-        if spec.pass_speedup <= ratio < AMBIGUOUS * spec.pass_speedup:
-            rounds += [{**x} for x in measure_rounds(lambda role, tag: how.run(role, tag.replace("round", "again")), 2,
-                                                     0, bound=False)]
-        return {"rounds": rounds, "bound": False, "quick": True}
-    bound = spec.bound is not None
-    return {"rounds": measure_rounds(how.run, how.repeats or spec.rounds, spec.warmup_rounds, bound=bound),
-            "bound": bound, "quick": False}
+    return measure_for(how, spec.rounds, spec.warmup_rounds, spec.bound is not None, spec.pass_speedup)
 
 
 def summary(spec: Spec, measured: dict[str, Any], counted: bool) -> ThroughputResult:
