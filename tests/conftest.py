@@ -4,6 +4,7 @@ gloo on the CPU, as CI does."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -62,6 +63,22 @@ def _own_trainwreck_home(tmp_path_factory, monkeypatch):
     """Every test gets its own TRAINWRECK_HOME (sessions, practice progress, quiz state), so no test
     reads or prunes the real ~/.trainwreck and no two tests share state."""
     monkeypatch.setenv("TRAINWRECK_HOME", str(tmp_path_factory.mktemp("home")))
+
+
+@pytest.fixture
+def private_kit(tmp_path, monkeypatch) -> Path:
+    """The kit with its answers (exercises/, solutions/, rubrics/) copied into the test's folder and
+    the rest linked, as ``TRAINWRECK_KIT``. A session arms the answers it is given, and a test that
+    counts reads of them must not see a test beside it (pytest-xdist) read the kit's own copy."""
+    kit = tmp_path / "kit"
+    kit.mkdir()
+    for entry in REPO.iterdir():
+        if entry.name in ("exercises", "solutions", "rubrics"):
+            shutil.copytree(entry, kit / entry.name, ignore=shutil.ignore_patterns("__pycache__"))
+        elif entry.name not in (".git", ".venv", ".trainwreck"):  # the caches are its own
+            (kit / entry.name).symlink_to(entry)
+    monkeypatch.setenv("TRAINWRECK_KIT", str(kit))
+    return kit
 
 
 @pytest.fixture(autouse=True, scope="session")

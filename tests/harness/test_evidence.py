@@ -15,6 +15,8 @@ import pytest
 from harness import rundir
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.slow  # starts processes of its own (seconds each)
+
 KEY = "k" * 32
 
 SCRIPT = textwrap.dedent('''

@@ -19,6 +19,7 @@ PARENT = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {SPIN!r
 
 
 @pytest.mark.parametrize("code, working", [(SPIN, True), (SLEEP, False), (PARENT, True)])
+@pytest.mark.slow
 def test_cpu_watch_tells_working_from_waiting(code, working):
     p = subprocess.Popen([sys.executable, "-c", code])
     try:

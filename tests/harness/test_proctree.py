@@ -9,8 +9,11 @@ import sys
 import time
 
 import psutil
+import pytest
 
 from harness.proctree import ProcessTree
+
+pytestmark = pytest.mark.slow  # starts processes of its own (seconds each)
 
 
 def wait_for(cond, timeout=10.0):

@@ -18,7 +18,7 @@ from harness.proctree import ProcessTree
 from harness.procwatch import ProcWatch
 from tests.conftest import FIXTURES, REPO, assert_nothing_left
 
-pytestmark = pytest.mark.skipif(not sandbox.probe().ok, reason="no sandbox here")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sandbox.probe().ok, reason="no sandbox here")]
 
 
 class Trees:

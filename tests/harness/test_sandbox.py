@@ -249,6 +249,7 @@ def test_traps_left_in_the_work_dir_are_removed_before_anyone_reads(tmp_path):
 
 
 @needs_bwrap
+@pytest.mark.slow
 def test_a_double_forked_daemon_is_ended_on_sight(tmp_path):
     r = run_sandboxed(tmp_path, "daemon.py", "2", direct=True)
     assert r.status == "ok"
@@ -277,6 +278,7 @@ def _gone(p: psutil.Process) -> bool:
 
 
 @needs_bwrap
+@pytest.mark.slow
 def test_killing_the_grader_ends_everything_in_the_sandbox(tmp_path):
     """SIGKILL of the grader, which here does not even look for strays: bwrap dies with it
     (--die-with-parent), and with the sandbox's init the kernel ends every process of its PID
@@ -306,6 +308,7 @@ def test_killing_the_grader_ends_everything_in_the_sandbox(tmp_path):
 
 
 @needs_bwrap
+@pytest.mark.slow
 def test_disk_file_size_and_tmp_are_capped(tmp_path):
     r = run_sandboxed(tmp_path, "fill_disk.py", direct=True, limits=Limits(disk_mb=64, file_mb=32, tmp_mb=16))
     out = json.loads((r.work_dir / "outcomes.json").read_text())
@@ -316,6 +319,7 @@ def test_disk_file_size_and_tmp_are_capped(tmp_path):
 
 
 @needs_bwrap
+@pytest.mark.slow
 def test_a_fork_bomb_is_bounded(tmp_path):
     r = run_sandboxed(tmp_path, "fork_bomb.py", direct=True, limits=Limits(processes=32, tasks=256))
     assert r.status == "limit" and r.violation.what == "processes"

@@ -57,6 +57,7 @@ def check_listing(root: Path, listing: list[str]) -> None:
     assert "target_speedup" not in json.dumps(spec) and "max_level_over_reference\": 1" not in json.dumps(spec)
 
 
+@pytest.mark.slow
 def test_bundle_folder_holds_only_what_a_candidate_may_see(tmp_path):
     res = build(SLUGS, tmp_path / "b")
     listing = sorted(str(p.relative_to(tmp_path / "b")) for p in (tmp_path / "b").rglob("*") if p.is_file())
@@ -64,6 +65,7 @@ def test_bundle_folder_holds_only_what_a_candidate_may_see(tmp_path):
     check_listing(tmp_path / "b", listing)
 
 
+@pytest.mark.slow
 def test_bundle_archive(tmp_path):
     res = build(SLUGS, tmp_path / "cand.tar.gz")
     with tarfile.open(res.path) as tar:

@@ -21,8 +21,8 @@ SLUG = "memory-leak"
 
 
 @pytest.fixture(autouse=True)
-def home(tmp_path, monkeypatch):
-    """The user's state and the default session database in the test's own folder."""
+def home(tmp_path, monkeypatch, private_kit):
+    """The user's state, the default session database and the kit's answers in the test's own folder."""
     monkeypatch.setenv("TRAINWRECK_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("TRAINWRECK_DB", raising=False)
     return tmp_path / "home"

@@ -4,7 +4,6 @@ of its own inside the sandbox, and whatever the pickle does stays there."""
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import random
 import uuid
@@ -16,6 +15,8 @@ import torch
 from grader.evidence import reader
 from grader.evidence.layouts import LayoutError, load_checkpoint
 from harness.sandbox import probe
+
+pytestmark = pytest.mark.slow  # starts processes of its own (seconds each)
 
 needs_sandbox = pytest.mark.skipif(not probe().ok, reason="bubblewrap cannot run here")
 
@@ -132,4 +133,3 @@ def test_no_reader_outlives_the_judging(tmp_path):
         procs = [r.proc for r in reader._readers.values()]
         assert procs and all(p.poll() is None for p in procs)
     assert not reader._readers and all(p.poll() is not None for p in procs)
-    assert os.getpid()  # the grader itself is untouched

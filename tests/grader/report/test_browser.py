@@ -7,8 +7,12 @@ from __future__ import annotations
 import io
 import json
 
+import pytest
+
 from grader.report import data, render
 from tests.grader.sessions.fakes import FIXED, add_attempt, result, scored_session, series
+
+pytestmark = pytest.mark.slow  # starts processes of its own (seconds each)
 
 MIN_INK = 0.03  # share of non-background pixels a drawn plot has at least (an empty axes box has ~0.01)
 

@@ -121,9 +121,9 @@ def test_a_kit_without_solutions_is_unwatched_with_the_reason(tmp_path, home):
     assert tripwire.arm("s1", tmp_path / "empty", home).endswith("has no solutions/ folder")
 
 
-# ---- end to end, on the kit's own answers ---------------------------------------------------
+# ---- end to end, on a copy of the kit's answers ----------------------------------------------
 @pytest.fixture
-def own_home(tmp_path, monkeypatch):
+def own_home(tmp_path, monkeypatch, private_kit):
     monkeypatch.setenv("TRAINWRECK_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("TRAINWRECK_DB", raising=False)
     return tmp_path / "home"
