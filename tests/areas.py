@@ -23,7 +23,7 @@ RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
                     G + "test_scenario", G + "test_followup_claims", G + "commands/test_answers_closed",
                     G + "commands/test_session_show_width")),
     ("practice", (G + "commands/test_practice", G + "commands/test_watch_keys", G + "commands/test_brief_commands")),
-    ("tools", (G + "test_calc", G + "test_quiz", G + "test_issues")),
+    ("tools", (G + "tools/", G + "test_issues")),
     ("grading", (G,)),
     ("layout", ("tests/test_",)),
 )

@@ -1,5 +1,5 @@
 """``trainwreck calc memory|allreduce|bubble|batch|checkpoint|compute``: capacity arithmetic with its
-formula and source in each ``--help``, over the pure functions in ``grader.calc``. ``--json`` prints
+formula and source in each ``--help``, over the pure functions in ``grader.tools.calc``. ``--json`` prints
 the inputs, the formula, the source and the result, for scripts and for checking a quiz answer."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from typing import Any, TypeVar
 
 import click
 
-from grader import calc as C
-from grader import console, units
+from grader import console
+from grader.tools import calc as C
+from grader.tools import units
 
 
 def _unit(parse: Callable[[str], float]):

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from grader import console
-from grader import quiz as Q
+from grader.tools import quiz as Q
 
 
 def _parse_answers(pairs: tuple[str, ...]) -> list[tuple[str, str]]:

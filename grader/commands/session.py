@@ -215,7 +215,7 @@ def feedback_cmd(session, exercise, db, as_json):
 def quiz_cmd(session, topic, ids, answers, db, as_json):
     """Quantitative questions in the session: each answer graded against the model answer with the
     question's tolerance and recorded; the live view and the debrief show them."""
-    from grader import quiz as Q
+    from grader.tools import quiz as Q
 
     with _store(db) as store:
         s = store.session(session)

@@ -238,7 +238,7 @@ def quiz_rows(answers: list[dict[str, Any]]) -> list[QuizRow]:
     stored verdicts (the bank is read only for the question's wording)."""
     if not answers:
         return []
-    from grader.quiz import load_bank
+    from grader.tools.quiz import load_bank
 
     try:
         bank = {q.id: q for q in load_bank()}

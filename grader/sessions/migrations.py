@@ -91,7 +91,7 @@ UPDATE attempts SET status = 'interrupted', finished_at = started_at WHERE statu
 CREATE INDEX attempts_by_exercise ON attempts (session_id, slug, n);
 """
 
-# 3: quantitative questions asked in a session, each answer graded when given (grader.quiz).
+# 3: quantitative questions asked in a session, each answer graded when given (grader.tools.quiz).
 V3 = """
 CREATE TABLE quiz_answers (
     id           INTEGER PRIMARY KEY AUTOINCREMENT,

@@ -215,7 +215,7 @@ class Store:
     # ---- scores and the feedback round -------------------------------------------------------
     # ---- quantitative questions ----------------------------------------------------------------
     def record_quiz_answer(self, sid: str, question_id: str, answer: str, verdict: dict[str, Any]) -> None:
-        """One answer and its verdict (``grader.quiz.Verdict.to_json()``); every answer is kept, a
+        """One answer and its verdict (``grader.tools.quiz.Verdict.to_json()``); every answer is kept, a
         question answered twice shows both."""
         with self.write() as c:
             c.execute("INSERT INTO quiz_answers (session_id, question_id, answer, correct, verdict, answered_at) "

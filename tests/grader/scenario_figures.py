@@ -1,4 +1,4 @@
-"""The worked figures of each design scenario, recomputed from its data files with ``grader.calc``.
+"""The worked figures of each design scenario, recomputed from its data files with ``grader.tools.calc``.
 
 Each ``<scenario>(root)`` returns ``{name: text}``: the figure as the brief, the constraints or the
 interviewer's notes print it. ``test_scenarios.py`` asserts every text appears where it is quoted,
@@ -12,7 +12,7 @@ import math
 import tomllib
 from pathlib import Path
 
-from grader import calc as C
+from grader.tools import calc as C
 
 HOURS_PER_MONTH = 730  # the cloud providers' billing month (8,760 h / 12)
 

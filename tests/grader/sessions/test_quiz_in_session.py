@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from grader.commands.report import command as report_cmd
 from grader.commands.session import command as session_cmd
-from grader.quiz import load_bank
+from grader.tools.quiz import load_bank
 
 
 @pytest.fixture

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from grader import quiz as Q
-from grader import units
 from grader.commands.calc import command as calc_command
 from grader.commands.quiz import command as quiz_command
+from grader.tools import quiz as Q
+from grader.tools import units
 
 BANK = Q.load_bank()
 BY_ID = {q.id: q for q in BANK}

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from grader.units import GB, GiB
+from grader.tools.units import GB, GiB
 
 PRECISION_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
 # optimizer state per parameter, in moments of the state dtype: Adam(W) keeps two (Kingma & Ba 2015)

@@ -23,10 +23,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from grader import units
 from grader.errors import ManifestError
 from grader.files import read_toml
 from grader.manifest import describe_validation_error
+from grader.tools import units
 
 FORMAT_VERSION = 1
 STATE_VERSION = 1

@@ -9,9 +9,9 @@ import math
 import pytest
 from click.testing import CliRunner
 
-from grader import calc as C
-from grader import units
 from grader.commands.calc import command
+from grader.tools import calc as C
+from grader.tools import units
 
 
 def run(*args: str):
@@ -259,6 +259,6 @@ def test_calculator_imports_no_torch():
     import subprocess
     import sys
 
-    code = "import sys, grader.calc, grader.units, grader.commands.calc; print('torch' in sys.modules)"
+    code = "import sys, grader.tools.calc, grader.tools.units, grader.commands.calc; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
