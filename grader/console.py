@@ -1,5 +1,6 @@
 """The one place that prints. Results go to stdout, diagnostics (progress, warnings, errors) to
-stderr, so ``--json`` output can be piped while the user still sees what is happening."""
+stderr, so ``--json`` output can be piped while the user still sees what is happening. Each
+product lays out its own screens over it (``grader.practice.console``, ``grader.sessions.console``)."""
 
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import click
 
 from grader import console
-from grader import console_practice as show
 from grader.commands._practice import json_option, workspace_option
+from grader.practice import console as show
 
 
 @click.command("hint")

@@ -41,13 +41,13 @@ def print_list(as_json: bool) -> None:
     if not found:
         console.text("no exercises found")
     else:
-        from grader import console_practice
+        from grader.practice import console as console_practice
 
         console_practice.exercise_lines(
             [{"slug": e.slug, "kind": e.kind, "difficulty": e.manifest.difficulty, "minutes": e.manifest.minutes,
               "progress": _summary([r for r in practice if r["exercise"] == e.slug and not r.get("error")])}
              for e in found])
-    from grader import console_practice
+    from grader.practice import console as console_practice
 
     console_practice.progress_table(practice)
 

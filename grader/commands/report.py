@@ -9,8 +9,8 @@ from pathlib import Path
 import click
 
 from grader import console
-from grader import console_sessions as show
 from grader.commands.session import db_option, json_option
+from grader.sessions import console as show
 
 
 @click.command("report")

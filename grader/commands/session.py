@@ -10,8 +10,8 @@ from pathlib import Path
 import click
 
 from grader import console
-from grader import console_sessions as show
 from grader.commands._options import device_option
+from grader.sessions import console as show
 
 db_option = click.option("--db", type=click.Path(path_type=Path), envvar="TRAINWRECK_DB", default=None,
                          help="The session database (default $TRAINWRECK_HOME/sessions.db, else ~/.trainwreck/sessions.db).")

@@ -8,8 +8,8 @@ from __future__ import annotations
 import click
 
 from grader import console
-from grader import console_practice as show
 from grader.commands._practice import confirm, json_option, workspace_option
+from grader.practice import console as show
 from grader.practice.state import PracticeError
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 
 from grader import console
-from grader import console_practice as show
 from grader.commands._practice import json_option
+from grader.practice import console as show
 
 
 @click.command("start")

@@ -12,9 +12,9 @@ import sys
 import click
 
 from grader import console
-from grader import console_practice as show
 from grader.commands._options import device_option
 from grader.commands._practice import workspace_option
+from grader.practice import console as show
 from grader.practice.keys import KEYS, single_keys
 from harness.executor import executor_for
 

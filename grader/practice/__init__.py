@@ -11,4 +11,5 @@ it ``grade``, ``run``, ``hint``, ``watch``, ``solution`` and ``reset`` without n
   checks' messages, never their thresholds or evidence dicts), and a grading in a child process
   that can be cancelled with nothing left running.
 - ``watch``: re-grade on every save of an editable file, cancelling a grading in flight.
+- ``console``: what practice prints, through ``grader.console``.
 """

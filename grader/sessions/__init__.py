@@ -1,4 +1,4 @@
 """Interview sessions: an embedded SQLite store (``store``, ``migrations``), the candidate's
 workspaces (``workspace``), graded attempts (``attempts``, ``series``), the interviewer's live view
 (``live``), score sheets and the feedback round (``scoresheet``) and calibration between
-interviewers (``calibration``)."""
+interviewers (``calibration``), and what sessions, reports and bundles print (``console``)."""

@@ -11,8 +11,9 @@ import re
 import pytest
 from rich.console import Console
 
-from grader import console, console_practice
+from grader import console
 from grader.exercises import discover
+from grader.practice import console as console_practice
 from grader.result import GradeResult
 from tests.grader.commands.practice_fakes import fake_grading
 from tests.grader.sessions.fakes import result
