@@ -6,10 +6,17 @@ from __future__ import annotations
 
 from grader.validity.mutations.base import Fix, Mutant, Mutation, Skipped, canonical
 from grader.validity.mutations.diff import CatchTimeout, DropLine, FirstEpochOnly, Rank0Only, RevertHunk
-from grader.validity.mutations.targeted import ClipBeforeUnscale, LiveSnapshot, StaticLossScale
+from grader.validity.mutations.targeted import (
+    ClipBeforeUnscale,
+    LiveSnapshot,
+    StaticLossScale,
+    WaitInLoop,
+    WriteInLoop,
+)
 
 MUTATIONS: list[Mutation] = [RevertHunk(), DropLine(), Rank0Only(), FirstEpochOnly(), CatchTimeout(),
-                             StaticLossScale(), ClipBeforeUnscale(), LiveSnapshot()]
+                             StaticLossScale(), ClipBeforeUnscale(), LiveSnapshot(), WaitInLoop(),
+                             WriteInLoop()]
 BY_NAME = {m.name: m for m in MUTATIONS}
 
 

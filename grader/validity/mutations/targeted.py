@@ -1,13 +1,14 @@
 """Mutations aimed at one mechanism of a fix, where the script has it: a static loss scale in place
-of the GradScaler, clipping before unscaling, and a snapshot that is not a copy (the background
-writer saves tensors training goes on changing)."""
+of the GradScaler, clipping before unscaling, a snapshot that is not a copy (the background
+writer saves tensors training goes on changing), and a background writer the step loop waits for
+again (joined after every submit, or its write run on the training thread)."""
 
 from __future__ import annotations
 
 import ast
 
 from grader.validity.mutations.base import Fix, Mutant, Mutation, Skipped, problem
-from grader.validity.source import bodies, dotted, is_call, render, snippet
+from grader.validity.source import bodies, dotted, is_call, kwarg, render, snippet, train_loop
 
 LOSS_SCALE = 65536.0  # GradScaler's initial scale, held fixed
 
@@ -103,3 +104,65 @@ class LiveSnapshot(_Rewriting):
                 found = True
         return "the snapshot's tensors taken with .to(\"cpu\") and no copy: views of the parameters and optimizer " \
                "state, which the next steps change while the writer saves them" if found else None
+
+
+def _background_writer(tree: ast.Module) -> tuple[str, str, str] | None:
+    """A class that works on a thread of its own: (the method that starts the thread, the method the
+    thread runs, the method that joins it), or None."""
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        methods = {f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)}
+        start = target = join = None
+        for f in methods.values():
+            for c in ast.walk(f):
+                if is_call(c, "threading.Thread", "Thread"):
+                    t = kwarg(c, "target")
+                    if isinstance(t, ast.Attribute) and dotted(t.value) == "self" and t.attr in methods:
+                        start, target = f.name, t.attr
+                elif is_call(c, ".join") and not c.args and not c.keywords:
+                    join = f.name
+        if start and target and join and join != start:
+            return start, target, join
+    return None
+
+
+def _submits(tree: ast.Module, start: str) -> list[tuple[list[ast.stmt], int, ast.Call]]:
+    """The statements of the step loop that hand the writer its work: ``obj.<start>(...)``."""
+    loop = train_loop(tree)
+    if loop is None:
+        return []
+    return [(body, i, s.value) for body in bodies(loop) for i, s in enumerate(body)
+            if isinstance(s, ast.Expr) and is_call(s.value, "." + start) and isinstance(s.value.func, ast.Attribute)]
+
+
+class WaitInLoop(_Rewriting):
+    name = "wait-in-loop"
+    breaks = "the background write is waited for in the step loop: the loop stalls for the disk and the store again"
+
+    def mutate(self, tree: ast.Module) -> str | None:
+        found = _background_writer(tree)
+        if found is None:
+            return None
+        start, _, join = found
+        subs = _submits(tree, start)
+        for body, i, call in reversed(subs):
+            assert isinstance(call.func, ast.Attribute)
+            body.insert(i + 1, snippet(f"{ast.unparse(call.func.value)}.{join}()")[0])
+        return (f"the step loop calls .{join}() right after each .{start}(...): the write still runs on its "
+                "thread, and the loop waits for it to end") if subs else None
+
+
+class WriteInLoop(_Rewriting):
+    name = "write-in-loop"
+    breaks = "the checkpoint is written on the training thread again: the loop stalls for the disk and the store"
+
+    def mutate(self, tree: ast.Module) -> str | None:
+        found = _background_writer(tree)
+        if found is None:
+            return None
+        start, target, _ = found
+        subs = _submits(tree, start)
+        for _, _, call in subs:
+            assert isinstance(call.func, ast.Attribute)
+            call.func.attr = target
+        return (f"the step loop calls .{target}(...), what the writer's thread runs, in place of .{start}(...): "
+                "the snapshot is written on the training thread") if subs else None

@@ -12,7 +12,7 @@ import pytest
 from grader.validity.mutations import MUTATIONS, Fix, generate
 from grader.validity.mutations.base import problem
 from grader.validity.mutations.diff import revert_groups
-from grader.validity.source import calls, is_call, parse, program_key, undefined
+from grader.validity.source import bodies, calls, is_call, parse, program_key, train_loop, undefined
 from tests.grader.validity.scripts import SLUGS, broken, foreign_imports, reference
 
 
@@ -71,6 +71,13 @@ def test_the_targeted_mutations_change_the_mechanism_they_name():
         i for i, s in enumerate(order) if "unscale_" in s)
     live = parse(_mutant("periodic-stall", "live-snapshot").source)
     assert not any(k.arg == "copy" for c in calls(live, ".to") for k in c.keywords)
+    ref_loop = train_loop(parse(reference("periodic-stall")))
+    assert calls(ref_loop, "writer.submit") and not calls(ref_loop, "writer.wait", "writer._write")
+    waits = train_loop(parse(_mutant("periodic-stall", "wait-in-loop").source))
+    follows = [(ast.unparse(a), ast.unparse(b)) for body in bodies(waits) for a, b in zip(body, body[1:])]
+    assert any(a.startswith("writer.submit(") and b == "writer.wait()" for a, b in follows)
+    writes = train_loop(parse(_mutant("periodic-stall", "write-in-loop").source))
+    assert calls(writes, "writer._write") and not calls(writes, "writer.submit")
 
 
 BROKEN = """\
