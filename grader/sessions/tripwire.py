@@ -122,8 +122,12 @@ def _records_reads(state: Path) -> bool:
 
 def _arm_one(p: Path) -> list[int]:
     st = p.stat()
-    os.utime(p, ns=(st.st_mtime_ns, st.st_mtime_ns))  # read time = modification time: the next read moves it
-    st = p.stat()
+    # read time = modification time: the next read moves it. A file armed already is left alone:
+    # setting its times again would move its change time, which another home watching the same
+    # kit (a second interviewer's, a test's beside it) would record as set outside the kit.
+    if st.st_atime_ns != st.st_mtime_ns:
+        os.utime(p, ns=(st.st_mtime_ns, st.st_mtime_ns))
+        st = p.stat()
     return [st.st_ino, st.st_atime_ns, st.st_ctime_ns]
 
 

@@ -68,6 +68,15 @@ def test_the_kits_quiet_reads_and_copies_leave_nothing(armed, home, tmp_path):
     assert tripwire.sweep(armed, home) == []
 
 
+def test_a_second_home_arming_the_same_kit_is_not_a_change_of_its_answers(armed, home, tmp_path):
+    """Two interviewers (or two tests side by side) with homes of their own, one kit: the second
+    session's arming leaves the files it finds armed as they are, so the first sees nothing."""
+    assert tripwire.arm("s2", armed, tmp_path / "other-home") == ""
+    assert tripwire.sweep(armed, home) == []
+    plain_read(armed / "solutions/beta/NOTES.md")  # a read is still seen
+    assert [r.kind for r in tripwire.sweep(armed, home)] == ["read"]
+
+
 def test_hiding_a_read_by_setting_the_read_time_back_moves_the_change_time(armed, home):
     p = armed / "solutions/alpha/NOTES.md"
     st = p.stat()
