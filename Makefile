@@ -48,8 +48,8 @@ browser:
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 		echo "chromium could not be installed: the report's browser test will skip" >&2
 
-# Every test, spread over the machine's cores (pytest-xdist: two launches side by side on the 2-core
-# machine took the launched tier from about 20 min to 15); the 25 slowest are listed at the end.
+# Every test, spread over the machine's cores (pytest-xdist: two workers took a fresh clone's run on
+# the 2-core machine from 23 min to 15, benchmarks/README.md); the 25 slowest are listed at the end.
 test: setup browser
 	$(PY) -m pytest -n auto --durations=25
 

@@ -232,25 +232,29 @@ def reference_run(ex: Exercise, device: str, nproc: int, progress: Progress, exe
     else:
         raise EnvironmentFailure(f"the reference solution of {m.slug} did not complete "
                                  f"(status {ev.status}, run dir {tmp}); the kit or the machine is broken")
-    # Gradings run side by side (two interviews, pytest-xdist): where another grading put the same
-    # reference there meanwhile, that one stays and this run is dropped; a stale entry is moved
-    # aside in one step before it is removed, so no reader finds it half gone.
+    shutil.rmtree(src, ignore_errors=True)
+    return _settle(tmp, cache)
+
+
+def _settle(run_dir: Path, cache: Path) -> RunEvidence:
+    """Move a finished reference run into the cache, and return the cached run. Gradings run side by
+    side (two interviews, pytest-xdist): where another grading put the same reference there
+    meanwhile, that one stays and this run is dropped; a stale entry is moved aside in one step
+    before it is removed, so no reader finds it half gone."""
     if cache.exists():
         with contextlib.suppress(EnvironmentFailure, OSError):
             theirs = load_run("reference", cache, sealed=True)
             if theirs.status == "ok":
-                shutil.rmtree(tmp, ignore_errors=True)
-                shutil.rmtree(src, ignore_errors=True)
+                shutil.rmtree(run_dir, ignore_errors=True)
                 return theirs
         stale = cache.with_name(cache.name + f".stale{os.getpid()}")
         with contextlib.suppress(OSError):
             os.replace(cache, stale)
         shutil.rmtree(stale, ignore_errors=True)
     try:
-        os.replace(tmp, cache)
+        os.replace(run_dir, cache)
     except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-    shutil.rmtree(src, ignore_errors=True)
+        shutil.rmtree(run_dir, ignore_errors=True)
     return load_run("reference", cache)
 
 

@@ -65,18 +65,21 @@ def _own_trainwreck_home(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("TRAINWRECK_HOME", str(tmp_path_factory.mktemp("home")))
 
 
+def kit_copy(dest: Path) -> Path:
+    """A copy of the kit at ``dest`` (its code, exercises, answers and rubrics; no caches, no tests),
+    for ``TRAINWRECK_KIT``: whole, so that a sandbox that shows the kit shows this one."""
+    skip = shutil.ignore_patterns(".git", ".venv", ".trainwreck", "runs", "tests", "__pycache__", ".*_cache",
+                                  "*.egg-info", ".benchmarks")
+    shutil.copytree(REPO, dest, symlinks=True, ignore=skip)
+    return dest
+
+
 @pytest.fixture
 def private_kit(tmp_path, monkeypatch) -> Path:
-    """The kit with its answers (exercises/, solutions/, rubrics/) copied into the test's folder and
-    the rest linked, as ``TRAINWRECK_KIT``. A session arms the answers it is given, and a test that
-    counts reads of them must not see a test beside it (pytest-xdist) read the kit's own copy."""
-    kit = tmp_path / "kit"
-    kit.mkdir()
-    for entry in REPO.iterdir():
-        if entry.name in ("exercises", "solutions", "rubrics"):
-            shutil.copytree(entry, kit / entry.name, ignore=shutil.ignore_patterns("__pycache__"))
-        elif entry.name not in (".git", ".venv", ".trainwreck"):  # the caches are its own
-            (kit / entry.name).symlink_to(entry)
+    """A copy of the kit as ``TRAINWRECK_KIT``. A session arms the answers it is given, and a test
+    that counts reads of them must not see a test beside it (pytest-xdist) read the kit's own copy
+    or open a session of its own on it."""
+    kit = kit_copy(tmp_path / "kit")
     monkeypatch.setenv("TRAINWRECK_KIT", str(kit))
     return kit
 

@@ -125,13 +125,17 @@ def _background_writer(tree: ast.Module) -> tuple[str, str, str] | None:
     return None
 
 
-def _submits(tree: ast.Module, start: str) -> list[tuple[list[ast.stmt], int, ast.Call]]:
-    """The statements of the step loop that hand the writer its work: ``obj.<start>(...)``."""
+def _submits(tree: ast.Module) -> tuple[tuple[str, str, str], list[tuple[list[ast.stmt], int, ast.Attribute]]]:
+    """The script's background writer (``_background_writer``) and the statements of the step loop
+    that hand it its work, ``obj.<start>(...)``: each as (its statement list, its index, the
+    called attribute). No writer, or no such statement: an empty list."""
+    found = _background_writer(tree)
     loop = train_loop(tree)
-    if loop is None:
-        return []
-    return [(body, i, s.value) for body in bodies(loop) for i, s in enumerate(body)
-            if isinstance(s, ast.Expr) and is_call(s.value, "." + start) and isinstance(s.value.func, ast.Attribute)]
+    if found is None or loop is None:
+        return ("", "", ""), []
+    return found, [(body, i, s.value.func) for body in bodies(loop) for i, s in enumerate(body)
+                   if isinstance(s, ast.Expr) and is_call(s.value, "." + found[0])
+                   and isinstance(s.value.func, ast.Attribute)]
 
 
 class WaitInLoop(_Rewriting):
@@ -139,14 +143,9 @@ class WaitInLoop(_Rewriting):
     breaks = "the background write is waited for in the step loop: the loop stalls for the disk and the store again"
 
     def mutate(self, tree: ast.Module) -> str | None:
-        found = _background_writer(tree)
-        if found is None:
-            return None
-        start, _, join = found
-        subs = _submits(tree, start)
-        for body, i, call in reversed(subs):
-            assert isinstance(call.func, ast.Attribute)
-            body.insert(i + 1, snippet(f"{ast.unparse(call.func.value)}.{join}()")[0])
+        (start, _, join), subs = _submits(tree)
+        for body, i, called in reversed(subs):
+            body.insert(i + 1, snippet(f"{ast.unparse(called.value)}.{join}()")[0])
         return (f"the step loop calls .{join}() right after each .{start}(...): the write still runs on its "
                 "thread, and the loop waits for it to end") if subs else None
 
@@ -156,13 +155,8 @@ class WriteInLoop(_Rewriting):
     breaks = "the checkpoint is written on the training thread again: the loop stalls for the disk and the store"
 
     def mutate(self, tree: ast.Module) -> str | None:
-        found = _background_writer(tree)
-        if found is None:
-            return None
-        start, target, _ = found
-        subs = _submits(tree, start)
-        for _, _, call in subs:
-            assert isinstance(call.func, ast.Attribute)
-            call.func.attr = target
+        (start, target, _), subs = _submits(tree)
+        for _, _, called in subs:
+            called.attr = target
         return (f"the step loop calls .{target}(...), what the writer's thread runs, in place of .{start}(...): "
                 "the snapshot is written on the training thread") if subs else None

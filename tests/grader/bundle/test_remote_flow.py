@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from grader.sessions.store import Store
-from tests.conftest import REPO
+from tests.conftest import kit_copy
 from tests.grader.bundle.remote import FIX, SLUG
 
 pytestmark = pytest.mark.slow
@@ -29,17 +29,8 @@ def machine(root: Path, kit: bool) -> dict[str, str]:
     env["HOME"] = str(root / "home")
     if kit:
         env["TRAINWRECK_HOME"] = str(root / "state")
-        env["TRAINWRECK_KIT"] = str(kit_copy(root / "kit"))
+        env["TRAINWRECK_KIT"] = str(kit_copy(root / "kit"))  # its own: other tests' sessions arm the repo's
     return env
-
-
-def kit_copy(dest: Path) -> Path:
-    """The interviewer's own kit: its answers are armed while the session is open, and a test beside
-    this one (pytest-xdist) reading the repository's copy must not count as a read of them."""
-    skip = shutil.ignore_patterns(".git", ".venv", ".trainwreck", "runs", "tests", "__pycache__", ".*_cache",
-                                  "*.egg-info", ".benchmarks")
-    shutil.copytree(REPO, dest, symlinks=True, ignore=skip)
-    return dest
 
 
 def run(cmd: list[str], cwd: Path, env: dict[str, str], ok: tuple[int, ...] = (0,)) -> str:
