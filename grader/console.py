@@ -341,6 +341,8 @@ def run_summary(res) -> None:
             text(f"  {kind} for {ep['lasted_s']:.1f} s: {rest}")
             for line in lines[1:]:
                 text(f"    {line}")
+    for line in sample_lines(getattr(res, "samples", None) or [], stepped=any(r["steps"] for r in res.ranks)):
+        text(line)
     if res.hang:
         from harness.watchdog import format_hang
         text(format_hang(res.hang).rstrip())
@@ -348,6 +350,26 @@ def run_summary(res) -> None:
         who = f"rank {res.failure['rank']}" if res.failure.get("rank") is not None else "the launcher"
         text(f"{who} failed ({res.failure.get('reason')}); its error:")
         text(res.failure.get("error") or "(no output)")
+
+
+def sample_lines(samples: list[dict], stepped: bool = False) -> list[str]:
+    """The run's sample accounting (``harness.fetches.summarise``): what each rank's DataLoaders
+    fetched of each dataset, as one line per dataset; for a job that trained without a DataLoader,
+    that its samples went unseen."""
+    if not samples:
+        return ["samples: no DataLoader fetched anything; batches a script makes itself (a memmap its "
+                "own get_batch slices, a tensor it indexes) are not observed"] if stepped else []
+    out = ["samples fetched by the DataLoaders (latest attempt of each rank):"]
+    for d in samples:
+        per = ", ".join(f"rank {r} {v['items']}" for r, v in d["ranks"].items())
+        if d["kind"] == "iterable":
+            out.append(f"  {d['dataset']}: {per} items; which items: not observable for an iterable dataset")
+            continue
+        n = d["dataset"].rpartition("[")[2].rstrip("]")
+        of = f" of {n}" if n.isdigit() else ""
+        out.append(f"  {d['dataset']}: {per}; {d['distinct']} distinct{of}, "
+                   f"{d['shared']} fetched by more than one rank")
+    return out
 
 
 def grade_result(res, as_json: bool = False, verbose: bool = False) -> None:

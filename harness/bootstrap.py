@@ -87,11 +87,12 @@ def main(argv: list[str]) -> int:
 
     import torch
 
-    from harness import audit, instrument  # imports torch: after the cheap set-up above
+    from harness import audit, fetches, instrument  # imports torch: after the cheap set-up above
 
     pg_timeout = os.environ.pop(rundir.PG_TIMEOUT_ENV, "")
     rec = instrument.install(run_dir, rank, key, attempt, float(pg_timeout) if pg_timeout else None)
     prof = _install_profiler(rec)
+    fetches.install()  # what every DataLoader fetches, whatever the dataset
     rec.event(
         "start", pid=os.getpid(), rank=rank, local_rank=int(os.environ.get("LOCAL_RANK", "0")),
         world_size=int(os.environ.get("WORLD_SIZE", "1")), host=socket.gethostname(),

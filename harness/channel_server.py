@@ -40,7 +40,8 @@ from harness import rundir
 from harness.channel import HELLO_MAX, SOCKET_NAME, VERSION
 from harness.procwatch import cmdline
 
-RECORD_STREAMS = frozenset({rundir.EVENTS, rundir.COLLECTIVES, rundir.SAMPLES, rundir.SAVES, "profile.jsonl"})
+RECORD_STREAMS = frozenset({rundir.EVENTS, rundir.COLLECTIVES, rundir.SAMPLES, rundir.LOADS, rundir.SAVES,
+                            "profile.jsonl"})
 BYTE_STREAMS = frozenset({rundir.STDOUT, rundir.STDERR, rundir.STACKS})
 FILE_NAME = re.compile(r"^(final_params\.safetensors|trace\.a\d{1,4}\.pt\.trace\.json)$")
 STATS_FILE = "channel.json"

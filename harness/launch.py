@@ -25,7 +25,7 @@ from typing import Any
 
 import psutil
 
-from harness import defaults, rundir, store_service
+from harness import defaults, fetches, rundir, store_service
 from harness.channel import CHANNEL_ENV
 from harness.errors import LaunchError
 from harness.executor import Executor, Plain, RunSpec
@@ -129,6 +129,8 @@ class RunResult:
     sandbox: dict[str, Any] | None = None  # what sandbox.json holds; None when the run was not sandboxed
     # every stall that lasted the hang timeout (stragglers the job came back from included): Monitor.stalls
     stalls: list[dict[str, Any]] = field(default_factory=list)
+    # what the ranks' DataLoaders fetched, per dataset (harness.fetches.summarise)
+    samples: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -142,7 +144,7 @@ class RunResult:
             "cwd": str(self.cwd) if self.cwd else None, "pg_timeout": self.pg_timeout,
             "ranks": [{k: r.get(k) for k in RANK_FIELDS} for r in self.ranks],
             "hang": self.hang, "stalls": self.stalls, "failure": self.failure, "limit": self.limit,
-            "sandboxed": self.sandbox is not None,
+            "sandboxed": self.sandbox is not None, "samples": self.samples,
         }
 
 
@@ -366,7 +368,7 @@ def _finish(cfg, run_dir, key, status, exit_code, started, started_iso, hang, de
                        ranks=ranks, hang=hang, failure=failure, device=device, gpus=gpus, cwd=cwd,
                        pg_timeout=_pg_timeout(cfg, run_dir, key),
                        limit=violation.to_json() if violation else None, sandbox=sandbox_json,
-                       stalls=list(stalls or []))
+                       stalls=list(stalls or []), samples=fetches.summarise(run_dir, key))
     cfg_json = _config_json(cfg)
     rundir.atomic_write_json(run_dir / "run.json", {
         "schema_version": rundir.RUN_SCHEMA_VERSION, "key": key, "started_at": started_iso,

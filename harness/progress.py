@@ -17,7 +17,7 @@ from harness import rundir
 # one of them is read. Of the others the monitor needs only whether a verified record arrived:
 # lines are checked newest first and the first that verifies ends the check (a sample ledger can
 # grow by thousands of lines a second, and the parent shares the ranks' cores).
-STREAMS = (rundir.EVENTS, rundir.COLLECTIVES, rundir.SAMPLES, rundir.SAVES)
+STREAMS = (rundir.EVENTS, rundir.COLLECTIVES, rundir.SAMPLES, rundir.LOADS, rundir.SAVES)
 FULL = (rundir.EVENTS,)
 
 

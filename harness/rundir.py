@@ -11,6 +11,7 @@ Layout (documented for users in docs/run-dir.md)::
         events.jsonl            start / pg_init / step / exit records (signed)
         collectives.jsonl       Python-level collective trace (signed)
         samples.jsonl           the sample ledger written by the kit's datasets (signed)
+        loads.jsonl             what every DataLoader fetched, any dataset (signed; harness.fetches)
         saves.jsonl             torch.save / os.replace / shutil.copyfile calls of the script (signed)
         stacks.txt              faulthandler dumps, on request
         final_params.safetensors  optimizer parameters at exit (its sha256 is in the signed exit event)
@@ -61,6 +62,7 @@ def is_setting(name: str) -> bool:
 EVENTS = "events.jsonl"
 COLLECTIVES = "collectives.jsonl"
 SAMPLES = "samples.jsonl"
+LOADS = "loads.jsonl"  # what each DataLoader fetched, seen at torch's fetcher (harness.fetches)
 SAVES = "saves.jsonl"
 STACKS = "stacks.txt"
 STDOUT = "stdout.log"

@@ -214,6 +214,7 @@ def load_run(role: str, run_dir: Path, sealed: bool = False) -> RunEvidence:
         ledgers[r] = ledger_entries(recs.valid)
         forged += recs.forged
         forged += rundir.read_records(rundir.rank_dir(run_dir, r) / rundir.SAVES, key).forged
+        forged += rundir.read_records(rundir.rank_dir(run_dir, r) / rundir.LOADS, key).forged
     log = read_store(run_dir, key)
     if log is not None:
         forged += log.forged

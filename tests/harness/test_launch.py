@@ -348,3 +348,14 @@ def test_a_rank_gets_the_intra_op_threads_torchrun_gives_it(tmp_path, monkeypatc
     seen = (tmp_path / "run" / "ranks" / "0" / "stdout.log").read_text()
     want = next(line for line in bare.stdout.splitlines() if line.startswith("threads"))
     assert want in seen, (want, seen)
+
+
+@pytest.mark.slow
+def test_a_missing_distributed_sampler_shows_in_the_sample_accounting(tmp_path):
+    """Without a DistributedSampler each rank trains on the whole dataset: the summary, read from the
+    loader ledger the script never wrote to, says how many samples more than one rank fetched."""
+    res = run(tmp_path, "own_data.py", "--steps", "8", "--no-sampler")
+    assert res.status == "ok", res.failure
+    train = next(d for d in res.samples if d["dataset"] == "Rows[64]")
+    assert all(v["items"] >= 32 for v in train["ranks"].values())  # 8 steps of 4, and what workers read ahead
+    assert train["shared"] >= 32  # both ranks read 0..31 at least, in the same order

@@ -256,3 +256,24 @@ def test_reads_in_loader_workers_reach_the_ledger_whatever_started_them(tmp_path
         proc = records(res, rank, "proc.jsonl").valid
         assert all("tree_mb" in p for p in proc) and max(p["procs"] for p in proc) >= 3
         assert max(p["gen"] for p in proc) >= 1
+
+
+@needs_bwrap
+@pytest.mark.slow
+def test_a_script_s_own_datasets_are_accounted_from_outside(tmp_path):
+    """A script importing nothing of the kit: what its DataLoaders fetched, in the main process, in
+    forked workers and in a spawned one (where the bootstrap never ran), reaches the signed loader
+    ledger, and the run's summary partitions the training set between the ranks."""
+    res = run(tmp_path, "own_data.py", "--steps", "8", "--eval-context", "spawn")
+    assert res.status == "ok", res.failure
+    for rank in (0, 1):
+        led = records(res, rank, rundir.LOADS)
+        assert led.forged == 0 and all("rt" in x for x in led.valid)
+        val = [x for x in led.valid if x["ds"] == "Rows[16]"]
+        assert sorted(i for x in val for i in x["i"]) == list(range(16)) and all("s" not in x for x in val)
+        assert {x.get("w") for x in led.valid if x["ds"] == "Rows[64]"} == {0, 1}  # both forked workers
+    by_ds = {d["dataset"]: d for d in res.samples}
+    assert by_ds["Rows[64]"]["ranks"] == {0: {"items": 32, "distinct": 32}, 1: {"items": 32, "distinct": 32}}
+    assert (by_ds["Rows[64]"]["distinct"], by_ds["Rows[64]"]["shared"]) == (64, 0)
+    assert by_ds["Stream[iterable]"]["ranks"] == {0: {"items": 10, "distinct": None}, 1: {"items": 10, "distinct": None}}
+    assert json.loads((res.run_dir / "run.json").read_text())["samples"][0]["dataset"] == "Rows[16]"

@@ -89,6 +89,20 @@ def test_a_snapshot_is_resumed_across_two_runs_from_the_same_directory(tmp_path)
             (tmp_path / "r2" / "ranks" / str(rank) / rundir.STDOUT).read_text()
         loads = [r for r in records(tmp_path / "r2", rank, rundir.SAVES) if r.get("op") == "load"]
         assert loads and loads[0]["path"] == str(tmp_path / "snapshot.pt")
+    # Its own dataset, accounted from outside: epochs 3 and 4, each rank half of the 24 in each
+    samples = json.loads(second.stdout)["samples"]
+    assert samples == [{"dataset": "MyTrainDataset[24]", "kind": "map", "distinct": 24, "shared": 0,
+                        "ranks": {"0": {"items": 24, "distinct": 12}, "1": {"items": 24, "distinct": 12}}}]
+    assert_nothing_left(tmp_path)
+
+
+def test_batches_a_script_makes_itself_are_said_to_be_unobserved(tmp_path):
+    """nanoGPT's shape: batches drawn by the script itself (its ``get_batch``), no DataLoader; the
+    summary says what it could not see instead of showing nothing."""
+    p = tw("run", str(FIXTURES / "rank0_eval.py"), "--run-dir", str(tmp_path / "r"), "--", "--eval-s", "0",
+           cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "no DataLoader fetched anything" in " ".join(p.stdout.split())
     assert_nothing_left(tmp_path)
 
 

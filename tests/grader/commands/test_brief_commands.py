@@ -155,7 +155,9 @@ def bundle(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("slug", ALL)
-def test_in_the_bundle_each_command_is_the_bundles_and_targets_the_candidates_copy(bundle, monkeypatch, slug):
+def test_in_the_bundle_each_command_is_the_bundles_and_targets_the_candidates_copy(bundle, monkeypatch, tmp_path,
+                                                                                    slug):
+    monkeypatch.chdir(tmp_path)  # run.py makes its default run dir (runs/...) under the cwd before launching
     text = (bundle / "exercises" / slug / "BRIEF.md").read_text(encoding="utf-8")
     assert text == for_bundle(find(slug).brief.read_text(encoding="utf-8"), slug)
     run, selfcheck = load(bundle / "run.py", monkeypatch), load(bundle / "selfcheck.py", monkeypatch)

@@ -1,0 +1,171 @@
+"""What every DataLoader of a rank fetched, seen at torch's fetcher: the script imports nothing.
+
+In the rank, ``install`` wraps torch's two dataset fetchers, the one object every DataLoader reads
+a dataset through: in the main process (``num_workers=0``) and in every worker, forked or spawned,
+persistent or not, whatever the sampler or batch sampler. A map-style fetch is recorded as the
+indices the loader asked of its dataset (one record per batch); an iterable dataset's as how many
+items it yielded into the batch, because which items they were is not observable from outside.
+A worker started with ``spawn`` or ``forkserver`` never ran the bootstrap: torch starts it at
+``torch.utils.data._utils.worker._worker_loop``, which is pointed here, so the worker installs the
+same wrap before its loop starts and sends over the channel as a forked one does.
+
+A dataset's identity (``ds``) is its class's qualified name and its length, ``TokenDataset[4096]``
+(``[iterable]`` for an iterable one): stable across runs and attempts, and the same whatever the
+script names its variables; two datasets of one class and one length are one identity, which a
+grader tells apart by the indices each read (docs/run-dir.md, "Loader records").
+
+In the parent, ``summarise`` turns the records into the run's sample accounting: per dataset, the
+items each rank fetched, how many distinct, and how many more than one rank fetched.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from harness import channel, rundir
+
+_writer: list = []  # (pid, writer): each process of the rank (forked workers too) has its own
+
+
+def _write(rec: dict[str, Any]) -> None:
+    from harness import instrument
+
+    r = instrument.current()
+    if not _writer or _writer[0][0] != os.getpid():
+        if r is not None:
+            w = channel.open_writer(r.dir / rundir.LOADS, r.key)
+        elif channel.active():  # a spawned worker: the parent attributes and signs what it sends
+            w = channel.open_writer(rundir.LOADS, "")
+        else:  # unsandboxed and spawned: no key to sign with here (docs/run-dir.md)
+            return
+        _writer[:] = [(os.getpid(), w)]
+    if r is not None:
+        rec["a"], rec["s"] = r.attempt, r.step
+    else:
+        rec["a"] = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    from torch.utils.data import get_worker_info
+
+    info = get_worker_info()
+    if info is not None:
+        rec["w"] = info.id
+    _writer[0][1].write(rec)
+
+
+def identity(dataset: Any, iterable: bool = False) -> str:
+    name = type(dataset).__qualname__
+    if iterable:
+        return f"{name}[iterable]"
+    try:
+        return f"{name}[{len(dataset)}]"
+    except Exception:  # a map-style dataset may have no length (its sampler knows the indices)
+        return f"{name}[?]"
+
+
+def _index(i: Any) -> Any:
+    if isinstance(i, bool) or not isinstance(i, int):
+        try:
+            return int(i)  # numpy and tensor indices
+        except Exception:
+            return str(i)[:64]  # a key of a dict-like dataset
+    return i
+
+
+def _wrap_map(fetch):
+    def wrapped(self, possibly_batched_index):
+        try:
+            ident = self.__dict__.get("_tw_ds") or self.__dict__.setdefault("_tw_ds", identity(self.dataset))
+            i = [_index(x) for x in possibly_batched_index] if self.auto_collation else _index(possibly_batched_index)
+            _write({"ds": ident, "i": i})
+        except Exception:  # never let the ledger break the script's data loading
+            pass
+        return fetch(self, possibly_batched_index)
+    wrapped._tw_fetch = True  # type: ignore[attr-defined]
+    return wrapped
+
+
+def _wrap_iterable(fetch):
+    def wrapped(self, possibly_batched_index):
+        collate, counted = self.collate_fn, []
+
+        def counting(data):
+            counted.append(len(data) if self.auto_collation else 1)
+            return collate(data)
+        self.collate_fn = counting
+        try:
+            return fetch(self, possibly_batched_index)
+        finally:
+            self.collate_fn = collate
+            if counted:
+                try:
+                    _write({"ds": identity(self.dataset, iterable=True), "n": counted[0]})
+                except Exception:
+                    pass
+    wrapped._tw_fetch = True  # type: ignore[attr-defined]
+    return wrapped
+
+
+def install() -> None:
+    """Wrap torch's fetchers in this process (once), and start spawned loader workers here."""
+    from torch.utils.data._utils import fetch, worker
+
+    if not getattr(fetch._MapDatasetFetcher.fetch, "_tw_fetch", False):
+        fetch._MapDatasetFetcher.fetch = _wrap_map(fetch._MapDatasetFetcher.fetch)  # type: ignore[method-assign]
+        fetch._IterableDatasetFetcher.fetch = _wrap_iterable(  # type: ignore[method-assign]
+            fetch._IterableDatasetFetcher.fetch)
+    if worker._worker_loop is not _worker_loop:
+        _original[:] = [worker._worker_loop]
+        worker._worker_loop = _worker_loop
+
+
+_original: list = []
+
+
+def _worker_loop(*args, **kwargs):
+    """A loader worker's entry: pickled by reference, so a spawned worker imports this module and
+    wraps its own fetchers before torch's loop makes its fetcher. A forked one has them already."""
+    install()
+    return _original[0](*args, **kwargs)
+
+
+# -- the parent: the run's sample accounting ---------------------------------------------------------
+def summarise(run_dir: Path, key: str | None) -> list[dict[str, Any]]:
+    """Per dataset, over each rank's latest attempt: ``{"dataset", "kind", "ranks": {rank: {"items",
+    "distinct"}}, "distinct", "shared"}`` (``shared``: indices fetched by more than one rank; map-style
+    only: an iterable dataset's ``distinct`` and ``shared`` are None, not observable)."""
+    per: dict[str, dict[int, list[Any]]] = defaultdict(dict)
+    counts: dict[str, dict[int, int]] = defaultdict(dict)
+    for r in rundir.ranks_in(run_dir):
+        recs = rundir.read_records(rundir.rank_dir(run_dir, r) / rundir.LOADS, key).valid
+        if not recs:
+            continue
+        last = max(int(x.get("a", 0)) for x in recs)
+        for x in recs:
+            if int(x.get("a", 0)) != last or not isinstance(x.get("ds"), str):
+                continue
+            if "i" in x:
+                got = x["i"] if isinstance(x["i"], list) else [x["i"]]
+                per[x["ds"]].setdefault(r, []).extend(got)
+            elif isinstance(x.get("n"), int):
+                counts[x["ds"]][r] = counts[x["ds"]].get(r, 0) + x["n"]
+    out: list[dict[str, Any]] = []
+    for ds, by_rank in sorted(per.items()):
+        sets = {r: set(map(_hashable, v)) for r, v in by_rank.items()}
+        seen: dict[Any, int] = defaultdict(int)
+        for s in sets.values():
+            for i in s:
+                seen[i] += 1
+        out.append({"dataset": ds, "kind": "map",
+                    "ranks": {r: {"items": len(v), "distinct": len(sets[r])} for r, v in sorted(by_rank.items())},
+                    "distinct": len(seen), "shared": sum(1 for c in seen.values() if c > 1)})
+    for ds, n_by_rank in sorted(counts.items()):
+        out.append({"dataset": ds, "kind": "iterable",
+                    "ranks": {r: {"items": n, "distinct": None} for r, n in sorted(n_by_rank.items())},
+                    "distinct": None, "shared": None})
+    return out
+
+
+def _hashable(i: Any) -> Any:
+    return tuple(i) if isinstance(i, list) else i

@@ -1,0 +1,107 @@
+"""harness.fetches: what a DataLoader fetched, recorded at torch's fetcher for any dataset, and the
+run's sample accounting read back from the signed records."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, SequentialSampler, Subset
+from torch.utils.data._utils import fetch, worker
+
+from grader.console import sample_lines
+from harness import fetches, rundir
+
+
+class Rows(Dataset):
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, i):
+        return torch.tensor([float(i)])
+
+
+class Batched(Rows):
+    def __getitems__(self, indices):  # torch calls it with the whole batch when a dataset has it
+        return [self[i] for i in indices]
+
+
+class Stream(IterableDataset):
+    def __iter__(self):
+        return iter(torch.arange(7.0).unsqueeze(1))
+
+
+@pytest.fixture
+def seen(monkeypatch):
+    """install() in this process, undone afterwards; what it would write, in a list."""
+    got: list[dict] = []
+    for cls in (fetch._MapDatasetFetcher, fetch._IterableDatasetFetcher):
+        monkeypatch.setattr(cls, "fetch", cls.fetch)
+    monkeypatch.setattr(worker, "_worker_loop", worker._worker_loop)
+    monkeypatch.setattr(fetches, "_write", got.append)
+    fetches.install()
+    fetches.install()  # a second install wraps nothing twice
+    return got
+
+
+def test_map_style_batches_are_recorded_as_the_indices_asked_for(seen):
+    assert [x for b in DataLoader(Rows(), batch_size=4) for x in b.flatten().tolist()] == list(range(10))
+    assert seen == [{"ds": "Rows[10]", "i": [0, 1, 2, 3]}, {"ds": "Rows[10]", "i": [4, 5, 6, 7]},
+                    {"ds": "Rows[10]", "i": [8, 9]}]
+
+
+def test_any_sampler_getitems_and_unbatched_loading_are_recorded(seen):
+    list(DataLoader(Batched(), batch_sampler=BatchSampler(SequentialSampler(range(5)), 2, drop_last=True)))
+    list(DataLoader(Rows(), batch_size=None, sampler=[3, 1]))  # no auto-collation: one index per fetch
+    list(DataLoader(Subset(Rows(), [9, 8, 7]), batch_size=3))  # indices are the loader's dataset's own
+    assert seen == [{"ds": "Batched[10]", "i": [0, 1]}, {"ds": "Batched[10]", "i": [2, 3]},
+                    {"ds": "Rows[10]", "i": 3}, {"ds": "Rows[10]", "i": 1}, {"ds": "Subset[3]", "i": [0, 1, 2]}]
+
+
+def test_an_iterable_dataset_is_counted_by_what_it_yielded_into_batches(seen):
+    assert len(list(DataLoader(Stream(), batch_size=3))) == 3  # 3 + 3 + the last 1
+    assert len(list(DataLoader(Stream(), batch_size=3, drop_last=True))) == 2
+    assert seen == [{"ds": "Stream[iterable]", "n": n} for n in (3, 3, 1, 3, 3)]
+
+
+def test_the_ledger_never_breaks_loading(monkeypatch, seen):
+    def broken(rec):
+        raise OSError("channel gone")
+    monkeypatch.setattr(fetches, "_write", broken)
+    assert len(list(DataLoader(Rows(), batch_size=5))) == 2
+    assert len(list(DataLoader(Stream(), batch_size=5))) == 2
+
+
+def test_spawned_workers_start_through_the_kit_entry(seen):
+    """torch starts a loader worker at ``_utils.worker._worker_loop``, looked up when the worker is
+    made: a spawned worker unpickles it by name, which must be this module's."""
+    assert worker._worker_loop is fetches._worker_loop
+    assert (fetches._worker_loop.__module__, fetches._worker_loop.__qualname__) == ("harness.fetches", "_worker_loop")
+
+
+def _ledger(run_dir: Path, rank: int, key: str, recs: list[dict]) -> None:
+    w = rundir.RecordWriter(rundir.rank_dir(run_dir, rank) / rundir.LOADS, key)
+    for r in recs:
+        w.write(r)
+    w.close()
+
+
+def test_summary_counts_each_dataset_per_rank_over_the_latest_attempt(tmp_path):
+    key = "k" * 32
+    _ledger(tmp_path, 0, key, [{"a": 0, "ds": "Rows[8]", "i": [0, 1, 2, 3, 4, 5, 6, 7]},  # before a restart
+                               {"a": 1, "ds": "Rows[8]", "i": [0, 1]}, {"a": 1, "ds": "Rows[8]", "i": [2, 3]},
+                               {"a": 1, "ds": "Stream[iterable]", "n": 3}])
+    _ledger(tmp_path, 1, key, [{"a": 1, "ds": "Rows[8]", "i": [3, 4, 5]}, {"a": 1, "ds": "Rows[8]", "i": 5}])
+    (rundir.rank_dir(tmp_path, 1) / rundir.LOADS).open("a").write('{"a": 1, "ds": "Rows[8]", "i": [6, 7]}\n')
+    got = fetches.summarise(tmp_path, key)
+    assert got == [
+        {"dataset": "Rows[8]", "kind": "map", "ranks": {0: {"items": 4, "distinct": 4}, 1: {"items": 4, "distinct": 3}},
+         "distinct": 6, "shared": 1},  # the forged line is not counted
+        {"dataset": "Stream[iterable]", "kind": "iterable", "ranks": {0: {"items": 3, "distinct": None}},
+         "distinct": None, "shared": None},
+    ]
+    lines = sample_lines(got)
+    assert lines[1] == "  Rows[8]: rank 0 4, rank 1 4; 6 distinct of 8, 1 fetched by more than one rank"
+    assert "not observable" in lines[2] and all(len(x) <= 100 for x in lines)
+    assert sample_lines([]) == [] and fetches.summarise(tmp_path / "none", key) == []
+    assert "not observed" in sample_lines([], stepped=True)[0]
