@@ -89,10 +89,12 @@ def test_a_snapshot_is_resumed_across_two_runs_from_the_same_directory(tmp_path)
             (tmp_path / "r2" / "ranks" / str(rank) / rundir.STDOUT).read_text()
         loads = [r for r in records(tmp_path / "r2", rank, rundir.SAVES) if r.get("op") == "load"]
         assert loads and loads[0]["path"] == str(tmp_path / "snapshot.pt")
-    # Its own dataset, accounted from outside: epochs 3 and 4, each rank half of the 24 in each
-    samples = json.loads(second.stdout)["samples"]
-    assert samples == [{"dataset": "MyTrainDataset[24]", "kind": "map", "distinct": 24, "shared": 0,
-                        "ranks": {"0": {"items": 24, "distinct": 12}, "1": {"items": 24, "distinct": 12}}}]
+    # Its own dataset, accounted from outside: epochs 3 and 4, each rank half of the 24 in each; the
+    # sampler reshuffles each epoch (set_epoch), so over the two a rank read more than its half once
+    (samples,) = json.loads(second.stdout)["samples"]
+    assert (samples["dataset"], samples["kind"], samples["distinct"]) == ("MyTrainDataset[24]", "map", 24)
+    assert [v["items"] for v in samples["ranks"].values()] == [24, 24]
+    assert all(12 < v["distinct"] <= 24 for v in samples["ranks"].values())
     assert_nothing_left(tmp_path)
 
 
