@@ -1,5 +1,7 @@
 """``trainwreck record``: run an exercise's broken script through the harness and keep what it
-showed as the exercise's ``logs/`` and ``baseline.json``. Nothing in them is written by hand."""
+showed as the exercise's ``logs/`` and ``baseline.json``. Nothing in them is written by hand; the
+paths in them are a neutral machine's, and tracebacks leave the harness's frames out
+(``grader.neutral``), so they read as the job's own logs from a container."""
 
 from __future__ import annotations
 
@@ -15,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from grader.checks.memory_flat import slope
-from grader.exercises import Exercise
+from grader.exercises import KIT_ROOT, Exercise
 from grader.grade import plan, run_role
+from grader.neutral import Neutral
 from grader.roles import Role, RunRequest
 from harness import rundir
 from harness.observe import median_step_s
@@ -40,7 +43,8 @@ def record(ex: Exercise, device: str = "auto", progress=lambda s: None) -> dict[
         progress(f"running the broken {m.slug} at world size {m.world_size}"
                  + (" (killed and restarted once)" if req.faults else ""))
         ev = run_role(ex, ex.dir, run_dir, "broken", device, **req.launch_settings(), overflow=False)
-        baseline = _baseline(ex, ev)
+        neutral = Neutral(ex.dir, KIT_ROOT, run_dir, entry=m.entry)
+        baseline = neutral.value(_baseline(ex, ev))
         staged = ex.dir / f".{LOGS}.new"
         shutil.rmtree(staged, ignore_errors=True)
         staged.mkdir()
@@ -48,11 +52,11 @@ def record(ex: Exercise, device: str = "auto", progress=lambda s: None) -> dict[
             for name in (rundir.STDOUT, rundir.STDERR):
                 src = rundir.rank_dir(run_dir, r) / name
                 if src.exists():
-                    shutil.copy2(src, staged / f"rank{r}.{name}")
+                    _copy(src, staged / f"rank{r}.{name}", neutral)
         (staged / METRICS).write_text(metrics_csv(ev), encoding="utf-8")
         for name in ("hang.txt", "launcher.log"):
             if (run_dir / name).exists():
-                shutil.copy2(run_dir / name, staged / name)
+                _copy(run_dir / name, staged / name, neutral)
         # Swap whole: the old logs stay until the new ones are complete.
         old = ex.dir / f".{LOGS}.old"
         shutil.rmtree(old, ignore_errors=True)
@@ -62,6 +66,10 @@ def record(ex: Exercise, device: str = "auto", progress=lambda s: None) -> dict[
         shutil.rmtree(old, ignore_errors=True)
         rundir.atomic_write_json(ex.dir / BASELINE, baseline)
     return baseline
+
+
+def _copy(src: Path, dst: Path, neutral: Neutral) -> None:
+    dst.write_text(neutral.text(src.read_text(encoding="utf-8", errors="replace")), encoding="utf-8")
 
 
 def metrics_csv(ev) -> str:
