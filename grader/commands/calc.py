@@ -1,6 +1,7 @@
-"""``trainwreck calc memory|allreduce|bubble|batch|checkpoint|compute``: capacity arithmetic with its
-formula and source in each ``--help``, over the pure functions in ``grader.tools.calc``. ``--json`` prints
-the inputs, the formula, the source and the result, for scripts and for checking a quiz answer."""
+"""``trainwreck calc memory|allreduce|bubble|batch|checkpoint|compute|precision|accumulation``: capacity
+arithmetic, floating-point rounding and loss normalisation, with the formula and source in each
+``--help``, over the pure functions in ``grader.tools.calc``. ``--json`` prints the inputs, the
+formula, the source and the result, for scripts and for checking a quiz answer."""
 
 from __future__ import annotations
 
@@ -25,6 +26,20 @@ def _unit(parse: Callable[[str], float]):
     return callback
 
 
+def _counts(ctx, param, value):
+    """A comma-separated list of token counts, e.g. 100,400 or 1k,4k."""
+    if value is None:
+        return None
+    try:
+        counts = [units.parse_count(part.strip()) for part in value.split(",")]
+    except units.UnitError as e:
+        raise click.BadParameter(str(e), ctx=ctx, param=param) from None
+    if any(c != int(c) or c <= 0 for c in counts):
+        raise click.BadParameter(f"{value!r}: give positive whole numbers separated by commas, e.g. 100,400",
+                                 ctx=ctx, param=param)
+    return [int(c) for c in counts]
+
+
 def _show(result: C.Result, as_json: bool) -> None:
     if as_json:
         console.emit_json(result.to_json())
@@ -40,15 +55,19 @@ def _show(result: C.Result, as_json: bool) -> None:
 def _fmt(key: str, v: float) -> str:
     if key.endswith("_fraction"):
         return f"{v:.4%}"
-    if key == "fits":
+    if key in ("fits", "step_moves", "tie_moves_up", "tie_moves_down"):
         return "yes" if v else "no"
     if key.endswith("_s") and not key.endswith("_per_s"):
         return f"{v:.6g}  ({units.human_duration(v)})"
     if key in ("global_batch", "accum", "steps", "warmup_steps", "steps_per_epoch", "tokens_per_step",
-               "min_microbatches", "in_flight_microbatches") or key.endswith("_bytes"):
+               "min_microbatches", "in_flight_microbatches", "tokens_total", "significand_bits",
+               "ones_sum_stalls_at", "running_sum_stalls_at_addition") or key.endswith("_bytes"):
         return f"{v:,.0f}"
     if key in ("max_params", "flops"):
         return f"{v:.4g}"
+    if key.startswith(("spacing_", "step_threshold_", "token_weight_")) or \
+            key in ("intended_token_weight", "value_stored", "value_after_step"):
+        return f"{v:.10g}"  # powers of two and small weights: every digit shown
     if key.startswith("cost") or key.startswith("waste_cost"):
         return f"{v:,.2f}"
     return f"{v:,.4f}" if abs(v) < 1e6 else f"{v:,.1f}"
@@ -276,3 +295,59 @@ def compute_cmd(params, tokens, peak_tflops, devices, mfu, gpu_hours, price, as_
     """
     _show(_run(C.compute, params=params, tokens=tokens, peak_flops=peak_tflops * 1e12, devices=devices, mfu=mfu,
                gpu_hours=gpu_hours, price_per_device_hour=price), as_json)
+
+
+@command.command("precision")
+@click.option("--dtype", type=click.Choice(list(C.FLOAT_FORMATS)), required=True, help="Floating-point format.")
+@click.option("--value", type=float, default=1.0, show_default=True, help="The number stored, e.g. a weight.")
+@click.option("--step", type=float, help="Also add this step to VALUE once: does it move?")
+@click.option("--count", type=click.IntRange(min=1), help="Also add VALUE this many times to a running total kept in DTYPE.")
+@JSON
+def precision_cmd(dtype, value, step, count, as_json):
+    """Rounding in bf16, fp16 and fp32: the spacing at a value, the smallest step
+    that moves it, and where a running sum stalls.
+
+    \b
+    numbers in [2^e, 2^(e+1)) are spaced 2^(e - m), m = explicit mantissa bits
+    (bf16 m = 7, fp16 m = 10, fp32 m = 23; one more significant bit is implicit)
+    x + s rounds to the nearest number, ties to the even significand, so s moves
+    x only when |s| is MORE than half the spacing: bf16 at 1.0 is spaced 2^-7
+    above, a step must exceed 2^-8 (exactly 2^-8 ties back to 1.0).
+    A running sum of ones kept in the format stalls at 2^(m+1): 256 in bf16,
+    2048 in fp16, 2^24 in fp32.
+    Source: IEEE 754-2019 (roundTiesToEven); bfloat16: Kalamkar et al. 2019
+    (arXiv:1905.12322).
+    """
+    _show(_run(C.precision, dtype=dtype, value=value, step=step, count=count), as_json)
+
+
+@command.command("accumulation")
+@click.option("--tokens", callback=_counts, help="Tokens per accumulated micro-batch, e.g. 100,400.")
+@click.option("--rank-tokens", callback=_counts, help="Or tokens per DDP rank, one micro-batch each, e.g. 1k,1k,1k,5k.")
+@click.option("--accum", type=click.IntRange(min=1), help="Or this many equal micro-batches.")
+@click.option("--loss", type=click.Choice(list(C.LOSS_REDUCTIONS)), default="mean", show_default=True,
+              help="Each part's loss over its own tokens.")
+@click.option("--divide-by", type=click.Choice(list(C.DIVISORS)),
+              help="Before backward(), each part's loss is divided by: nothing, the number of micro-batches, or "
+                   "the step's tokens (over the world size under DDP). Default: accum, or none for --rank-tokens.")
+@click.option("--lr", type=click.FloatRange(min=0, min_open=True), help="SGD learning rate: also report the effective one.")
+@click.option("--adam-eps-ratio", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Adam's eps over a typical gradient entry (0: gradients far above eps).")
+@JSON
+def accumulation_cmd(tokens, rank_tokens, accum, loss, divide_by, lr, adam_eps_ratio, as_json):
+    """Gradient accumulation and DDP loss normalisation: each token's weight
+    against the per-token mean over the step, and the gradient's scale.
+
+    \b
+    token weight = [1/n_i for a mean loss] / divisor / [world size under DDP]
+    factor = weight / (1 / step's tokens): above 1, the token is over-weighted
+    gradient scale = sum_i n_i * weight_i; SGD's effective lr = lr * scale
+    Adam at a steady gradient g: update s*g/(s*|g| + eps): s cancels but for eps
+    backward() sums into .grad (PyTorch autograd); DDP averages gradients over
+    the ranks (DistributedDataParallel); Adam: Kingma & Ba 2015
+    (arXiv:1412.6980), Algorithm 1.
+    Per-micro-batch means divided by K equalise micro-batches, not tokens: sum
+    the token losses and divide by the step's token count instead.
+    """
+    _show(_run(C.accumulation, tokens=tokens, rank_tokens=rank_tokens, accum=accum, loss=loss, divide_by=divide_by,
+               lr=lr, adam_eps_ratio=adam_eps_ratio), as_json)

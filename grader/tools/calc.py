@@ -10,7 +10,9 @@ place where it is computed.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from grader.tools.units import GB, GiB
@@ -37,6 +39,11 @@ SOURCES = {
              "CACM 17(9), 1974",
     "daly": "Daly, A higher order estimate of the optimum checkpoint interval for restart dumps, "
             "Future Generation Computer Systems 22(3), 2006",
+    "ieee754": "IEEE 754-2019, Sec. 3.4 (binary formats) and 4.3.1 (roundTiesToEven); bfloat16 as in "
+               "Kalamkar et al., A Study of BFLOAT16 for Deep Learning Training, 2019 (arXiv:1905.12322)",
+    "accumulation": "PyTorch autograd accumulates into .grad (torch.Tensor.backward); DistributedDataParallel "
+                    "averages gradients over the world size (torch.nn.parallel.DistributedDataParallel docs); "
+                    "Kingma & Ba, Adam, ICLR 2015 (arXiv:1412.6980), Algorithm 1",
     "kaplan": "Kaplan et al., Scaling Laws for Neural Language Models, 2020 (arXiv:2001.08361), Sec. 2.1 "
               "(C = 6ND); MFU as defined by Chowdhery et al., PaLM, 2022 (arXiv:2204.02311), Sec. 4.1 and App. B",
 }
@@ -403,3 +410,231 @@ def compute(params: float, tokens: float, peak_flops: float, devices: int = 1, m
                   ["6ND counts the forward and backward matmuls of a dense transformer and leaves out attention's "
                    "s^2 term; recomputation does not count towards MFU; failures, restarts and evaluation are "
                    "not in the wall clock"])
+
+
+# Binary floating-point formats as (exponent bits, explicit mantissa bits); significand precision is
+# mantissa + 1 (the implicit leading one). bf16 keeps fp32's exponent and 7 of its 23 mantissa bits.
+FLOAT_FORMATS = {"fp32": (8, 23), "fp16": (5, 10), "bf16": (8, 7)}
+_MAX_ROUNDED_ADDITIONS = 200_000  # a running sum that needs more rounded additions than this is refused
+
+
+@dataclass(frozen=True)
+class _Float:
+    """One binary format's arithmetic, exact (in fractions), rounding to nearest with ties to even."""
+
+    mantissa: int
+    emin: int  # exponent of the smallest normal number
+    emax: int
+
+    @classmethod
+    def of(cls, dtype: str) -> _Float:
+        if dtype not in FLOAT_FORMATS:
+            raise CalcError(f"dtype {dtype!r} is not a floating-point format here; use one of "
+                            f"{', '.join(FLOAT_FORMATS)}")
+        exponent, mantissa = FLOAT_FORMATS[dtype]
+        emax = 2 ** (exponent - 1) - 1
+        return cls(mantissa, 1 - emax, emax)
+
+    @property
+    def max_finite(self) -> Fraction:
+        return (2 - Fraction(1, 2**self.mantissa)) * Fraction(2) ** self.emax
+
+    def _exponent(self, a: Fraction) -> int:
+        """floor(log2(a)) for a > 0, never below emin (subnormals share emin's spacing)."""
+        e = a.numerator.bit_length() - a.denominator.bit_length()
+        if a < Fraction(2) ** e:
+            e -= 1
+        return max(e, self.emin)
+
+    def spacing(self, a: Fraction) -> Fraction:
+        """The gap between consecutive numbers in the binade of |a| (its ulp)."""
+        return Fraction(2) ** (self._exponent(abs(a)) - self.mantissa) if a else \
+            Fraction(2) ** (self.emin - self.mantissa)
+
+    def round(self, x: Fraction) -> Fraction:
+        if x == 0:
+            return Fraction(0)
+        q = self.spacing(x)
+        r = round(x / q) * q  # Fraction rounds half to even: the tie goes to the even significand
+        if abs(r) > self.max_finite:
+            raise CalcError(f"{float(x):g} overflows this format (largest finite {float(self.max_finite):g})")
+        return r
+
+    def next_up(self, v: Fraction) -> Fraction:
+        if v < 0:
+            return -self.next_down(-v)
+        return v + self.spacing(v)
+
+    def next_down(self, v: Fraction) -> Fraction:
+        if v <= 0:
+            return -self.next_up(-v)
+        e = self._exponent(v)
+        below = Fraction(2) ** (e - 1 - self.mantissa) if v == Fraction(2) ** e and e > self.emin else self.spacing(v)
+        return v - below
+
+    def running_sum(self, value: Fraction, count: int) -> tuple[Fraction, int | None]:
+        """The total after adding ``value`` ``count`` times to 0, each sum rounded; and the addition
+        from which the total stopped changing (None if it never did)."""
+        total, done, rounded_steps = Fraction(0), 0, 0
+        while done < count:
+            q = self.spacing(total)
+            if total > 0 and value > 0 and (value / q).denominator == 1:
+                # every sum up to the top of this binade is exact: take them in one jump
+                top = Fraction(2) ** (self._exponent(total) + 1)
+                k = min(count - done, int((top - total) / value))
+                if k >= 1:
+                    total += k * value
+                    done += k
+                    continue
+            after = self.round(total + value)
+            done += 1
+            if after == total:
+                return total, done  # unchanged now, so unchanged by every later addition too
+            total = after
+            rounded_steps += 1
+            if rounded_steps > _MAX_ROUNDED_ADDITIONS:
+                raise CalcError(f"the running sum needs more than {_MAX_ROUNDED_ADDITIONS:,} rounded "
+                                "additions; give a smaller --count")
+        return total, None
+
+
+def precision(dtype: str, value: float = 1.0, step: float | None = None, count: int | None = None) -> Result:
+    """Rounding at VALUE in a binary format: the spacing of its numbers, the smallest step that moves
+    VALUE when added (round to nearest, ties to even), and where a running sum stalls."""
+    fmt = _Float.of(dtype)
+    if not math.isfinite(value):
+        raise CalcError(f"value must be a finite number, not {value}")
+    v = fmt.round(Fraction(value))
+    up, down = fmt.next_up(v) - v, v - fmt.next_down(v)
+    values: dict[str, float] = {
+        "significand_bits": float(fmt.mantissa + 1),
+        "value_stored": float(v),
+        "spacing_up": float(up),
+        "spacing_down": float(down),
+        # a step of more than half the gap rounds to the neighbour; exactly half is a tie
+        "step_threshold_up": float(up / 2),
+        "step_threshold_down": float(down / 2),
+        "tie_moves_up": float(fmt.round(v + up / 2) != v),
+        "tie_moves_down": float(fmt.round(v - down / 2) != v),
+    }
+    ones_total, _ = fmt.running_sum(Fraction(1), 2 ** (fmt.emax + 1))
+    values["ones_sum_stalls_at"] = float(ones_total)
+    notes = [f"{dtype}: {fmt.mantissa} explicit mantissa bits + the implicit leading 1; every integer up to "
+             f"2^{fmt.mantissa + 1} is exact",
+             "a step moves VALUE only when it is MORE than the threshold (half the gap); a step of exactly the "
+             "threshold is a tie, which goes to the even significand: tie_moves_* says whether that moves VALUE",
+             "one rounding of the exact sum, as a kernel computing in this format does; torch adds a Python "
+             "scalar to a bf16/fp16 tensor in fp32 first, which can differ only where that fp32 sum is itself "
+             "rounded"]
+    if v != Fraction(value):
+        notes.append(f"VALUE {value!r} is not a {dtype} number: it is stored as {float(v)!r}")
+    if step is not None:
+        if not math.isfinite(step) or step == 0:
+            raise CalcError(f"step must be a finite non-zero number, not {step}")
+        after = fmt.round(v + Fraction(step))
+        values["value_after_step"] = float(after)
+        values["step_moves"] = float(after != v)
+    if count is not None:
+        _positive("count", count, integer=True)
+        total, stalled = fmt.running_sum(v, count)
+        values["running_sum"] = float(total)
+        values["running_sum_exact"] = float(v * count)
+        if stalled is not None:
+            values["running_sum_stalls_at_addition"] = float(stalled)
+        notes.append("running sum: a total kept in this format, VALUE added COUNT times, each sum rounded; "
+                     "torch's sum() of a bf16 tensor accumulates in fp32 and does not stall this way")
+    return Result("precision", {"dtype": dtype, "value": value, "step": step, "count": count},
+                  "numbers in [2^e, 2^(e+1)) are spaced 2^(e - mantissa bits); x + s rounds to the nearest, "
+                  "ties to the even significand, so s moves x when |s| > spacing/2; a running sum of ones "
+                  "stalls at 2^(mantissa bits + 1)",
+                  SOURCES["ieee754"], values, notes)
+
+
+LOSS_REDUCTIONS = ("mean", "sum")
+DIVISORS = ("none", "accum", "tokens")
+
+
+def accumulation(tokens: Sequence[int] | None = None, rank_tokens: Sequence[int] | None = None,
+                 accum: int | None = None, loss: str = "mean", divide_by: str | None = None,
+                 lr: float | None = None, adam_eps_ratio: float = 0.0) -> Result:
+    """The weight each token gets in the step's gradient, against the per-token mean over the step.
+
+    Parts are micro-batches accumulated on one rank (``tokens``, or ``accum`` equal ones) or ranks of
+    DDP with one micro-batch each (``rank_tokens``). Each part's loss is its tokens' ``loss``
+    (mean or sum), divided by ``divide_by``: none, accum (the number of micro-batches) or tokens (the
+    step's token count; under DDP that count over the world size, since DDP then averages). backward()
+    sums the parts' gradients into .grad; DDP divides by the world size."""
+    given = [n for n, v in (("--tokens", tokens), ("--rank-tokens", rank_tokens), ("--accum", accum)) if v is not None]
+    if len(given) != 1:
+        raise CalcError("give one of --tokens (micro-batches), --rank-tokens (DDP ranks) or --accum "
+                        f"(equal micro-batches){'; not ' + ' and '.join(given) if given else ''}")
+    if loss not in LOSS_REDUCTIONS:
+        raise CalcError(f"loss {loss!r} is unknown; use mean (over the part's tokens) or sum")
+    ddp = rank_tokens is not None
+    if accum is not None:
+        _positive("accum", accum, integer=True)
+        counts = [1] * accum  # equal micro-batches: the size does not change any factor
+    else:
+        given_counts = rank_tokens if ddp else tokens
+        assert given_counts is not None  # exactly one of the three is given: checked above
+        counts = list(given_counts)
+    if not counts:
+        raise CalcError("give at least one token count")
+    for c in counts:
+        _positive("a token count", c, integer=True)
+    divide_by = divide_by or ("none" if ddp else "accum")
+    if divide_by not in DIVISORS:
+        raise CalcError(f"divide-by {divide_by!r} is unknown; use one of {', '.join(DIVISORS)}")
+    if ddp and divide_by == "accum":
+        raise CalcError("--divide-by accum divides by the micro-batches of one rank; with --rank-tokens there is "
+                        "one each: use none or tokens")
+    parts, total = len(counts), sum(counts)
+    world = parts if ddp else 1
+    divisor = {"none": Fraction(1), "accum": Fraction(parts), "tokens": Fraction(total, world)}[divide_by]
+    # d(step loss)/d(one token's loss) for a token of each part: its reduction, the division, DDP's average
+    weights = [(Fraction(1, n) if loss == "mean" else Fraction(1)) / divisor / world for n in counts]
+    intended = Fraction(1, total)  # the per-token mean over every token of the step
+    factors = [w / intended for w in weights]
+    scale = sum((n * w for n, w in zip(counts, weights, strict=True)), Fraction(0))  # intended: 1
+    label = "rank" if ddp else "microbatch"
+    values: dict[str, float] = {}
+    if accum is not None:  # equal micro-batches of any size: one factor for all of them
+        values["token_weight_factor"] = float(factors[0])
+    else:
+        values.update({"tokens_total": float(total), "intended_token_weight": float(intended)})
+        for i, (n, w, f) in enumerate(zip(counts, weights, factors, strict=True), start=1):
+            values[f"token_weight_{label}_{i}"] = float(w)
+            values[f"token_weight_factor_{label}_{i}"] = float(f)
+            values[f"token_share_fraction_{label}_{i}"] = n / total
+            values[f"gradient_share_fraction_{label}_{i}"] = float(n * w / scale)
+        values["token_weight_spread"] = float(max(factors) / min(factors))
+    values["gradient_scale"] = float(scale)
+    # Adam's update at a steady gradient g (m = g, v = g^2 after bias correction) is g/(|g| + eps);
+    # scaled by s it is s*g/(s*|g| + eps). With eps = r*|g|: factor = s*(1 + r)/(s + r).
+    if adam_eps_ratio < 0:
+        raise CalcError("the Adam eps ratio cannot be negative")
+    values["adam_update_factor"] = float(scale * (1 + Fraction(adam_eps_ratio)) / (scale + Fraction(adam_eps_ratio)))
+    if lr is not None:
+        _positive("lr", lr)
+        values["effective_lr_sgd"] = lr * float(scale)
+    notes = ["token weight = d(loss backpropagated)/d(one token's loss); the intended per-token mean gives every "
+             "token 1/(step's tokens); a factor above 1 over-weights the token",
+             "gradient_scale = the step's gradient over the intended one where every token's gradient is the same; "
+             "plain SGD (and SGD with momentum) steps lr x gradient, so its effective lr is lr x gradient_scale",
+             "adam_update_factor: Adam divides m (scaled by s) by sqrt(v) (scaled by s), so the scale cancels but "
+             "for eps; --adam-eps-ratio is eps over a typical gradient entry (0: gradients far above eps). "
+             "Gradient clipping at a fixed norm and weight decay do see the scale"]
+    if ddp:
+        notes.append("DDP all-reduces and divides by the world size: every rank counts 1/world_size whatever its "
+                     "token count; the fix scales each rank's summed token loss by world_size / the step's tokens "
+                     "(--loss sum --divide-by tokens), the count all-reduced first")
+    else:
+        notes.append("dividing by the micro-batches equalises micro-batches, not tokens; the fix divides each "
+                     "micro-batch's summed token loss by the step's token count (--loss sum --divide-by tokens)")
+    return Result("accumulation", {"tokens": list(tokens) if tokens is not None else None,
+                                   "rank_tokens": list(rank_tokens) if rank_tokens is not None else None,
+                                   "accum": accum, "loss": loss,
+                                   "divide_by": divide_by, "lr": lr, "adam_eps_ratio": adam_eps_ratio},
+                  "token weight = [1/n_i if mean] / divisor / [world size under DDP]; factor = weight x "
+                  "step's tokens; gradient scale = sum_i n_i x weight_i; SGD effective lr = lr x scale",
+                  SOURCES["accumulation"], values, notes)
