@@ -16,11 +16,11 @@ from tests.grader.rundirs import KEY, RunDirBuilder
 MB = 2**20
 
 
-def _run(root, claimed_per_step: int, sent_per_step: int | None, steps: int = 40):
+def _run(root, claimed_per_step: int, sent_per_step: int | None, steps: int = 40, world_size: int = 2):
     """Two ranks, one all-reduce a step of ``claimed_per_step`` bytes each, received a step apart;
     the parent's samples every other step count ``sent_per_step`` bytes a step on loopback."""
-    b = RunDirBuilder(root, sandbox={"isolated": True})
-    for r in range(2):
+    b = RunDirBuilder(root, world_size, sandbox={"isolated": True})
+    for r in range(world_size):
         b.event(r, kind="start", attempt=0, t=0.0, pid=1, rank=r)
         for s in range(1, steps + 1):
             b.add(r, rundir.COLLECTIVES, a=0, seq=s, op="all_reduce", ph="enter", site="t.py:9", shapes=[[4]],
@@ -76,3 +76,9 @@ def test_the_flag_reaches_the_interviewer_from_the_run_dir(tmp_path):
     assert crosscheck.traffic_disagreement("main", _run(tmp_path / "honest", MB, 2 * MB), KEY) == []
     found = crosscheck.traffic_disagreement("main", _run(tmp_path / "forged", MB, 1000), KEY)
     assert [f.kind for f in found] == ["disagree"] and "never sent their data" in found[0].what
+
+
+def test_a_world_of_one_process_is_never_flagged_for_collectives_that_sent_nothing(tmp_path):
+    """A script that all-reduces by hand, run at world size 1 (world_size_equivalence's run): its
+    collectives have no peer, so nothing crosses the loopback whatever the trace claims."""
+    assert crosscheck.traffic_disagreement("ws1", _run(tmp_path, MB, 0, world_size=1), KEY) == []
