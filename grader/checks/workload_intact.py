@@ -115,6 +115,8 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     evidence: dict[str, Any] = {"world_size": ev.world_size, "ranks_started": len(ev.ranks), "steps": steps,
                                 "samples": samples, "distinct_samples": distinct, "params": params,
                                 "forged_lines": forged, "protected_changed": ctx.protected_changed}
+    if ev.adopted:  # its own datasets: what its DataLoaders fetched stands for the kit's ledger
+        evidence["datasets_from_loaders"] = dict(ev.adopted)
     if ev.world_size != w or len(ev.ranks) != w:
         problems.append(f"the job ran {len(ev.ranks)} ranks (world size {ev.world_size}), the exercise runs {w}")
     # The process group the script actually built, from the bootstrap's record of init_process_group.

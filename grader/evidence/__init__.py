@@ -6,6 +6,7 @@ Final parameters count only when their sha256 matches the one in the rank's sign
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -53,6 +54,7 @@ class RunEvidence:
     ranks: dict[int, RankObservation]
     ledgers: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     forged: int = 0
+    adopted: dict[str, str] = field(default_factory=dict)  # adopt_loader_ledger: manifest name -> loader dataset
     _events: dict[int, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
     _proc: dict[int, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
 
@@ -157,6 +159,28 @@ class RunEvidence:
     def watched(self) -> Watched | None:
         """What the parent saw published at the watched paths, from outside (None: nothing watched)."""
         return read_watched(self.run_dir, self.key, self.run_dir / "work")
+
+    def adopt_loader_ledger(self, sizes: dict[str, int]) -> dict[str, str]:
+        """A run that read nothing through the kit's datasets (a script that brings its own data) is
+        judged on what its DataLoaders fetched (``loads.jsonl``, harness.fetches): each dataset the
+        manifest names, by its length in ``sizes``, is the loader dataset of that length (the one
+        fetched most where several have it), its entries put in ``ledgers`` under the manifest's
+        name. A run with any kit ledger entry keeps the kit's ledger alone, so no read is counted
+        twice. Returns ``{manifest name: loader identity}`` of what was adopted (docs/run-dir.md)."""
+        if any(self.ledgers.values()) or self.adopted:
+            return self.adopted
+        loads = {r: ledger_entries(rundir.read_records(rundir.rank_dir(self.run_dir, r) / rundir.LOADS,
+                                                       self.key).valid) for r in self.ranks}
+        fetched: Counter[str] = Counter(x["ds"] for recs in loads.values() for x in recs
+                                        if isinstance(x.get("ds"), str))
+        for name, n in sizes.items():
+            same = [ds for ds in fetched if ds.endswith(f"[{n}]") and ds not in self.adopted.values()]
+            if same:
+                self.adopted[name] = max(same, key=lambda ds: (fetched[ds], ds))
+        by_identity = {ds: name for name, ds in self.adopted.items()}
+        for r, recs in loads.items():
+            self.ledgers[r] = [{**x, "ds": by_identity[x["ds"]]} for x in recs if x.get("ds") in by_identity]
+        return self.adopted
 
     def samples(self, rank: int, dataset: str, attempt: int | None = None) -> list[int]:
         return [r["i"] for r in self.ledgers.get(rank, [])

@@ -42,6 +42,12 @@ class RunDirBuilder:
         """A ledger record; ``more``: fields the parent adds (``rt``, its receive time)."""
         return self.add(rank, rundir.SAMPLES, a=attempt, ds=dataset, i=index, s=step, **more)
 
+    def load(self, rank: int, dataset: str, indices: list[int] | int, attempt: int = 0, step: int = 0,
+             **more: Any) -> RunDirBuilder:
+        """A loader record (loads.jsonl, harness.fetches): one DataLoader fetch of ``dataset`` (its
+        loader identity, e.g. ``Rows[64]``)."""
+        return self.add(rank, rundir.LOADS, a=attempt, ds=dataset, i=indices, s=step, **more)
+
     def save_record(self, rank: int, /, **record: Any) -> RunDirBuilder:
         return self.add(rank, rundir.SAVES, **record)
 

@@ -1,0 +1,53 @@
+"""RunEvidence.adopt_loader_ledger: a run that brought its own data is judged on what its
+DataLoaders fetched, named by length after the manifest's datasets; a run that read the kit's
+datasets keeps the kit's ledger alone."""
+from __future__ import annotations
+
+from grader.evidence import load_run
+from tests.grader.rundirs import RunDirBuilder
+
+SIZES = {"train": 8, "val": 4}
+
+
+def _run(tmp_path, kit: bool = False):
+    b = RunDirBuilder(tmp_path / "r")
+    for r in (0, 1):
+        b.event(r, kind="start", attempt=0, t=0.0, pid=1, rank=r)
+        b.load(r, "Rows[8]", [r * 4 + k for k in range(4)], step=0)
+        b.load(r, "Rows[4]", [0, 1, 2, 3] if r == 0 else [], step=4)  # rank 0 scores the split alone
+        b.load(r, "Rows[8]", r, step=4)  # one more read, unbatched
+        b.load(r, "Noise[8]", [0, 1], step=4)  # another dataset of the same length, fetched less
+        if kit:
+            b.sample(r, r, "train")
+    return load_run("main", b.build())
+
+
+def test_loader_fetches_stand_for_the_ledger_under_the_manifest_names(tmp_path):
+    ev = _run(tmp_path)
+    assert ev.adopt_loader_ledger(SIZES) == {"train": "Rows[8]", "val": "Rows[4]"}
+    assert ev.samples(0, "train") == [0, 1, 2, 3, 0] and ev.samples(1, "train") == [4, 5, 6, 7, 1]
+    assert ev.samples(0, "val") == [0, 1, 2, 3] and ev.samples(1, "val") == []
+    assert all(x["s"] in (0, 4) and x["ds"] in ("train", "val") for x in ev.ledgers[0])  # steps kept
+    assert ev.adopt_loader_ledger(SIZES) == {"train": "Rows[8]", "val": "Rows[4]"}  # once only
+    assert len(ev.samples(0, "train")) == 5
+
+
+def test_a_run_that_read_the_kit_s_datasets_keeps_the_kit_s_ledger(tmp_path):
+    ev = _run(tmp_path, kit=True)
+    assert ev.adopt_loader_ledger(SIZES) == {}
+    assert ev.samples(0, "train") == [0] and ev.samples(0, "val") == []
+
+
+def test_no_loader_dataset_of_the_length_adopts_nothing(tmp_path):
+    ev = _run(tmp_path)
+    assert ev.adopt_loader_ledger({"train": 16}) == {} and ev.samples(0, "train") == []
+
+
+def test_forged_loader_lines_are_counted_and_never_adopted(tmp_path):
+    ev = _run(tmp_path)
+    path = ev.run_dir / "ranks" / "0" / "loads.jsonl"
+    path.write_text(path.read_text() + '{"a": 0, "ds": "Rows[8]", "i": [9, 9, 9], "s": 0}\n')
+    ev = load_run("main", ev.run_dir)
+    assert ev.forged == 1
+    ev.adopt_loader_ledger(SIZES)
+    assert 9 not in ev.samples(0, "train")
