@@ -258,7 +258,7 @@ def _hidden_work(ctx: Context, main: RunEvidence, evidence: dict[str, Any]) -> l
                 evidence.setdefault("unread_rows", {}).setdefault(role, {})[r] = unread
                 at = f"by optimizer step {unread['step']}" if unread["step"] is not None else "by the end of the run"
                 problems.append(f"rank {r}'s model was fed {unread['rows_fed']} rows {at} in {where}, but the rank "
-                                f"had read {unread['samples_read']} samples through the kit's datasets: it computed "
+                                f"had read {unread['samples_read']} samples through {_via(ev)}: it computed "
                                 "on samples it never read")
                 break
         problem = _read_ahead(ev, wl, where, role, evidence)
@@ -299,9 +299,14 @@ def _read_ahead(ev: RunEvidence, wl: Workload, where: str, role: str, evidence: 
             found = (f"rank {r} had read {ra['read']} samples of {wl.dataset!r} by optimizer step {ra['step']} in "
                      f"{where}, where its steps had consumed {ra['consumed']:g}: {ra['shares']:.2f} epoch shares "
                      f"({share} samples each) ahead of its steps, more than {READ_AHEAD_SHARE:g}; each epoch must "
-                     "read what it trains on through the kit's datasets as it trains (a loader's prefetch is a few "
+                     f"read what it trains on through {_via(ev)} as it trains (a loader's prefetch is a few "
                      "batches), not read and featurise the dataset up front and reuse it")
     return found
+
+
+def _via(ev: RunEvidence) -> str:
+    """Where the run's reads were seen: the kit's datasets, or its own DataLoaders' fetches."""
+    return "its DataLoaders" if ev.adopted else "the kit's datasets"
 
 
 def _evaluations(ev: RunEvidence, ds: str, want: Evaluation, evidence: dict[str, Any]) -> str | None:

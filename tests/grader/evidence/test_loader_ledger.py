@@ -3,6 +3,7 @@ DataLoaders fetched, named by length after the manifest's datasets; a run that r
 datasets keeps the kit's ledger alone."""
 from __future__ import annotations
 
+from grader.checks import workload_intact
 from grader.evidence import load_run
 from tests.grader.rundirs import RunDirBuilder
 
@@ -30,12 +31,14 @@ def test_loader_fetches_stand_for_the_ledger_under_the_manifest_names(tmp_path):
     assert all(x["s"] in (0, 4) and x["ds"] in ("train", "val") for x in ev.ledgers[0])  # steps kept
     assert ev.adopt_loader_ledger(SIZES) == {"train": "Rows[8]", "val": "Rows[4]"}  # once only
     assert len(ev.samples(0, "train")) == 5
+    assert workload_intact._via(ev) == "its DataLoaders"  # what the check's messages say the reads went through
 
 
 def test_a_run_that_read_the_kit_s_datasets_keeps_the_kit_s_ledger(tmp_path):
     ev = _run(tmp_path, kit=True)
     assert ev.adopt_loader_ledger(SIZES) == {}
     assert ev.samples(0, "train") == [0] and ev.samples(0, "val") == []
+    assert workload_intact._via(ev) == "the kit's datasets"
 
 
 def test_no_loader_dataset_of_the_length_adopts_nothing(tmp_path):
