@@ -365,8 +365,10 @@ def sample_lines(samples: list[dict], stepped: bool = False) -> list[str]:
         if d["kind"] == "iterable":
             out.append(f"  {d['dataset']}: {per} items; which items: not observable for an iterable dataset")
             continue
-        n = d["dataset"].rpartition("[")[2].rstrip("]")
-        of = f" of {n}" if n.isdigit() else ""
+        from harness.fetches import size_of
+
+        n = size_of(d["dataset"])
+        of = f" of {n}" if n is not None else ""
         out.append(f"  {d['dataset']}: {per}; {d['distinct']} distinct{of}, "
                    f"{d['shared']} fetched by more than one rank")
     return out

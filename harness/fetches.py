@@ -64,6 +64,12 @@ def identity(dataset: Any, iterable: bool = False) -> str:
         return f"{name}[?]"
 
 
+def size_of(ident: str) -> int | None:
+    """The length an identity names (``Rows[4096]`` -> 4096); None for ``[?]`` and ``[iterable]``."""
+    n = ident.rpartition("[")[2].removesuffix("]")
+    return int(n) if ident.endswith("]") and n.isdigit() else None
+
+
 def _index(i: Any) -> Any:
     if isinstance(i, bool) or not isinstance(i, int):
         try:

@@ -16,7 +16,7 @@ from grader.evidence import saves
 from grader.evidence import traffic as traffic_mod
 from grader.evidence.store import StoreLog, read_store
 from grader.evidence.watched import Watched, read_watched
-from harness import rundir
+from harness import fetches, rundir
 from harness.isolation import PROC_SAMPLES
 from harness.observe import RankObservation, observe_rank
 
@@ -174,7 +174,7 @@ class RunEvidence:
         fetched: Counter[str] = Counter(x["ds"] for recs in loads.values() for x in recs
                                         if isinstance(x.get("ds"), str))
         for name, n in sizes.items():
-            same = [ds for ds in fetched if ds.endswith(f"[{n}]") and ds not in self.adopted.values()]
+            same = [ds for ds in fetched if fetches.size_of(ds) == n and ds not in self.adopted.values()]
             if same:
                 self.adopted[name] = max(same, key=lambda ds: (fetched[ds], ds))
         by_identity = {ds: name for name, ds in self.adopted.items()}

@@ -105,3 +105,4 @@ def test_summary_counts_each_dataset_per_rank_over_the_latest_attempt(tmp_path):
     assert "not observable" in lines[2] and all(len(x) <= 100 for x in lines)
     assert sample_lines([]) == [] and fetches.summarise(tmp_path / "none", key) == []
     assert "not observed" in sample_lines([], stepped=True)[0]
+    assert [fetches.size_of(x) for x in ("Rows[8]", "Rows[?]", "Stream[iterable]", "Odd")] == [8, None, None, None]
