@@ -61,6 +61,7 @@ SHARED_CONTRACT = {
     ("harness.defaults", "user_home"): "where the kit keeps its state",
     ("harness.observe", "median_step_s"): "the run summary `trainwreck run` and `record` print",
     ("harness.phases", "read_run"): "the profile `trainwreck run --profile` prints",
+    ("harness.fetches", "size_of"): "the length a loader identity names, read beside `identity`, which writes it",
 }
 
 
