@@ -67,7 +67,10 @@ def _top_level_saves(t: ast.Module) -> list[ast.Call]:
 
 
 def _wrapped(before, after) -> bool:
-    cls = _class(after, "forward")
+    # the container is the class with a forward that the rewrite added (a script may define several)
+    known = {c.name for c in before.body if isinstance(c, ast.ClassDef)}
+    cls = next(c for c in after.body if isinstance(c, ast.ClassDef) and c.name not in known
+               and any(isinstance(f, ast.FunctionDef) and f.name == "forward" for f in c.body))
     init = next(f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__")
     sets_inner = any(isinstance(n, ast.Attribute) and n.attr == "inner" and isinstance(n.ctx, ast.Store)
                      for n in ast.walk(init))
