@@ -107,8 +107,7 @@ class RenameAttributes(Rewrite):
 
     def _plan(self, tree: ast.Module) -> dict[str, str]:
         classes = [s for s in tree.body if isinstance(s, ast.ClassDef)]
-        instances = {n for n, _ in assigned_from(tree, *[c.name for c in classes])} | {"self"}
-        attrs: set[str] = set()
+        setters: dict[str, set[str]] = {}  # attribute -> the classes that set it on self
         for c in classes:
             for n in ast.walk(c):
                 targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(
@@ -117,13 +116,19 @@ class RenameAttributes(Rewrite):
                     for node in ast.walk(t):
                         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
                                 and node.value.id == "self":
-                            attrs.add(node.attr)
+                            setters.setdefault(node.attr, set()).add(c.name)
+        inside = {id(n): c.name for c in classes for n in ast.walk(c)}
         ok = {}
-        for a in sorted(attrs - BASE_ATTRS):
+        for a in sorted(set(setters) - BASE_ATTRS):
             if a.startswith("__"):
                 continue
+            # read on self only inside a class that sets it, elsewhere only on a name built from one:
+            # another class's field of the same name (a config dataclass's) is another attribute
+            instances = {n for n, _ in assigned_from(tree, *setters[a])}
             uses = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == a]
-            if all(isinstance(u.value, ast.Name) and u.value.id in instances for u in uses):
+            if all(isinstance(u.value, ast.Name) and (
+                    inside.get(id(u)) in setters[a] if u.value.id == "self" else u.value.id in instances)
+                   for u in uses):
                 ok[a] = f"{a}_attr"
         taken = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
         return {a: n for a, n in ok.items() if n not in taken}

@@ -314,3 +314,23 @@ def test_micro_batches_weigh_each_part_by_its_rows():
 def test_a_rewrite_that_does_not_apply_refuses():
     with pytest.raises(ValueError, match="does not apply"):
         BY_NAME["fp16-wire"].apply(tree("lr-scaling"))  # no DDP model to hook
+
+
+def test_rename_attributes_leaves_an_attribute_another_class_also_has():
+    # config-dataclass makes NUM_DOCS a field read as CFG.num_docs, and the dataset sets self.num_docs:
+    # renaming the read on CFG (built from a class that never sets it) broke the composed rewrite
+    src = ast.parse(
+        "class Documents:\n"
+        "    def __init__(self, n):\n"
+        "        self.num_docs = n\n"
+        "        self.width = 3\n"
+        "    def __len__(self):\n"
+        "        return self.num_docs\n"
+        "class Config:\n"
+        "    num_docs: int = 4\n"
+        "CFG = Config()\n"
+        "ds = Documents(CFG.num_docs)\n"
+        "print(ds.num_docs, ds.width)\n")
+    out = ast.unparse(BY_NAME["rename-attributes"].apply(src))
+    assert "self.width_attr = 3" in out and "ds.width_attr" in out, out
+    assert "num_docs_attr" not in out, out
