@@ -478,6 +478,7 @@ def validity_suite_json(suite) -> dict:
             "cases": [{"case": c.name, "kind": c.kind, "expect": c.spec.expect, "must_fail": c.spec.must_fail,
                        "says": c.spec.says, "ci": c.spec.ci, "detail": c.detail} for c in suite.cases],
             "left_out": [{"case": s.name, "why": s.why} for s in suite.skipped],
+            "unwritten": [{"case": m.name, "detail": m.detail, "touches": m.touches} for m in suite.unwritten],
             "short": suite.short()}
 
 
@@ -490,6 +491,8 @@ def validity_list(suite) -> None:
         text(f"  {c.kind:8} {c.name:28} {expected}{' [ci]' if c.spec.ci else ''}")
     for s in suite.skipped:
         text(f"  left out {s.name}: {s.why}")
+    for m in suite.unwritten:
+        text(f"  to write [mutations.{m.name}]: {m.detail}; touches = {m.touches!r}", style="yellow")
     for p in suite.short():
         text(f"  - {p}", style="red")
 

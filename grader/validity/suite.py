@@ -16,6 +16,7 @@ from typing import Literal
 
 from grader.errors import ManifestError
 from grader.files import read_quietly
+from grader.validity.config import FORMAT_VERSION as CONFIG_VERSION
 from grader.validity.config import MIN_MUTATIONS, MIN_REWRITES, ValidityConfig, config_path, load_config
 from grader.validity.mutations import BY_NAME as MUTATION_FAMILIES
 from grader.validity.mutations import Fix, Skipped, generate
@@ -60,6 +61,9 @@ class Suite:
     config: ValidityConfig
     cases: list[Case] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)  # rewrites and mutants not graded, and why
+    # a draft's generated mutants that have no expected verdict yet (``--list`` while writing the config)
+    unwritten: list[Mutant] = field(default_factory=list)
+    ci_only: bool = False  # the cases are CI's tier only: the minimum counts are the whole suite's
 
     @property
     def rewrites(self) -> list[Case]:
@@ -71,7 +75,9 @@ class Suite:
 
     def short(self) -> list[str]:
         """Counts under the minimum that the config does not explain."""
-        out = []
+        out: list[str] = []
+        if self.ci_only:
+            return out
         if len(self.rewrites) < MIN_REWRITES and not self.config.fewer_rewrites:
             out.append(f"{len(self.rewrites)} rewrites apply (at least {MIN_REWRITES}); say why in fewer_rewrites")
         if len(self.mutations) < MIN_MUTATIONS and not self.config.fewer_mutations:
@@ -95,13 +101,16 @@ def _mutated(m: Mutant) -> str:
     return m.source
 
 
-def build(slug: str, root: Path | None = None, ci_only: bool = False) -> Suite:
+def build(slug: str, root: Path | None = None, ci_only: bool = False, draft: bool = False) -> Suite:
     """The cases of ``slug``: every rewrite that applies (and is not skipped by the config), all of
-    them composed, and every generated mutant with the verdict its config writes down."""
+    them composed, and every generated mutant with the verdict its config writes down. A ``draft``
+    (listing only) takes a missing config as empty and keeps the mutants it has no verdict for in
+    ``unwritten``, so that the cases can be seen before the config is written."""
     from grader.checks import CHECK_NAMES
     from grader.exercises import find_script
 
-    cfg, path = load_config(slug, root), config_path(slug, root)
+    path = config_path(slug, root)
+    cfg = ValidityConfig(format_version=CONFIG_VERSION) if draft and not path.exists() else load_config(slug, root)
     checks = {c.name for c in find_script(slug, root).manifest.checks}
     ref = _script(slug, root, "solution")
     tree = parse(ref)
@@ -123,7 +132,9 @@ def build(slug: str, root: Path | None = None, ci_only: bool = False) -> Suite:
             raise ManifestError(f"{path}: mutations.{name}: no such mutant is generated from the fix "
                                 f"(generated: {', '.join(sorted(names)) or 'none'}); remove the table or rename it")
     missing = [m for m in mutants if m.name not in cfg.mutations]
-    if missing:
+    if missing and draft:
+        suite.unwritten, mutants = missing, [m for m in mutants if m.name in cfg.mutations]
+    elif missing:
         m = missing[0]
         raise ManifestError(f"{path}: mutations.{m.name}: no expected verdict for this generated mutant ({m.detail}); "
                             f"add [mutations.{m.name}] with touches, must_fail, says and why, or skip = true"
@@ -158,7 +169,7 @@ def build(slug: str, root: Path | None = None, ci_only: bool = False) -> Suite:
                            throughput=exp.throughput or ("quick" if "throughput" in exp.must_fail else "skip"))
         suite.cases.append(Case(slug, m.name, "mutation", m.detail, partial(_mutated, m), spec, family.breaks))
     if ci_only:
-        suite.cases = [c for c in suite.cases if c.spec.ci]
+        suite.cases, suite.ci_only = [c for c in suite.cases if c.spec.ci], True
     return suite
 
 

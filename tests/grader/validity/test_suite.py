@@ -144,3 +144,26 @@ def test_the_readme_names_every_rewrite_and_mutation_family():
     text = (REPO / "tests" / "validity" / "README.md").read_text()
     missing = [x.name for x in [*REWRITES, *MUTATIONS] if f"| `{x.name}` |" not in text]
     assert not missing, f"tests/validity/README.md does not describe {missing}"
+
+
+def test_list_shows_the_mutants_a_new_config_must_write(tmp_path, capsys, monkeypatch):
+    # the errors for a missing config or verdict say `--list` shows the cases to write it for: it must
+    path = _kit(tmp_path)
+    text = path.read_text()
+    start = text.index("[mutations.drop-line-107]")
+    path.write_text(text[:start] + text[text.index("[mutations.rank0-only-hunk-2]"):])
+    suite = build("sampler-replay", root=tmp_path, draft=True)
+    assert [m.name for m in suite.unwritten] == ["drop-line-107"]
+    assert "drop-line-107" not in {c.name for c in suite.cases}
+    path.unlink()
+    suite = build("sampler-replay", root=tmp_path, draft=True)
+    assert "drop-line-107" in {m.name for m in suite.unwritten} and not suite.mutations
+    monkeypatch.setenv("TRAINWRECK_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr("grader.exercises.kit_root", lambda: tmp_path)
+    code, out, _ = _cli(capsys, "verify", "--validity", "sampler-replay", "--list")
+    assert code == 0 and "to write [mutations.drop-line-107]" in out, out
+
+
+def test_the_ci_tier_is_not_held_to_the_whole_suites_minimum():
+    suite = build("lr-scaling", ci_only=True)
+    assert suite.cases and not suite.short()
