@@ -29,10 +29,8 @@ def judge(manifest: Manifest, runs: dict[str, RunEvidence], protected_changed: l
     processes isolated as the runs were (``isolation``, result.json's; None, a result from before
     it was recorded: wherever the sandbox can run). A run that read nothing through the kit's
     datasets is judged on what its DataLoaders fetched (``RunEvidence.adopt_loader_ledger``)."""
-    wl = manifest.workload
-    sizes = {wl.dataset: wl.dataset_size, **{name: e.samples for name, e in wl.evaluations.items()}}
     for ev in runs.values():  # a run that brought its own data: judged on its loaders' fetches
-        ev.adopt_loader_ledger(sizes)
+        ev.adopt_for(manifest.workload)
     ctx = Context(manifest, runs, list(protected_changed), dict(measurements))
     first = [s for s in manifest.checks if not REGISTRY[s.name].after_others]
     last = [s for s in manifest.checks if REGISTRY[s.name].after_others]

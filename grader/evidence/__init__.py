@@ -182,6 +182,13 @@ class RunEvidence:
             self.ledgers[r] = [{**x, "ds": by_identity[x["ds"]]} for x in recs if x.get("ds") in by_identity]
         return self.adopted
 
+    def adopt_for(self, workload: Any) -> dict[str, str]:
+        """``adopt_loader_ledger`` with the lengths a manifest's workload names: its training dataset
+        and each evaluation's (the grader's judge and the bundle's self-check both take them here)."""
+        sizes = {workload.dataset: workload.dataset_size,
+                 **{name: e.samples for name, e in workload.evaluations.items()}}
+        return self.adopt_loader_ledger(sizes)
+
     def samples(self, rank: int, dataset: str, attempt: int | None = None) -> list[int]:
         return [r["i"] for r in self.ledgers.get(rank, [])
                 if r.get("ds") == dataset and (attempt is None or r.get("a") == attempt)]

@@ -186,6 +186,8 @@ def judge_all(spec: Spec, raw: dict, folder: Path, out: Path) -> list[CheckResul
         for req in check_module(c.name).runs(c, spec):
             plan.add(req)
     runs = {name: run_once(spec, folder / spec.entry, req, out / name) for name, req in plan.runs.items()}
+    for ev in runs.values():  # a script with its own data: judged on what its DataLoaders fetched, as graded
+        ev.adopt_for(spec.workload)
     ctx = Context(spec, runs, changed)  # type: ignore[arg-type]  # the checks read only what Spec holds
     results: list[CheckResult] = []
     for c in spec.checks:

@@ -54,3 +54,21 @@ def test_forged_loader_lines_are_counted_and_never_adopted(tmp_path):
     assert ev.forged == 1
     ev.adopt_loader_ledger(SIZES)
     assert 9 not in ev.samples(0, "train")
+
+
+def test_a_workload_names_the_lengths_to_adopt(tmp_path):
+    # the grader's judge and the bundle's self-check both adopt through the manifest's workload
+    from types import SimpleNamespace
+
+    wl = SimpleNamespace(dataset="train", dataset_size=8, evaluations={"val": SimpleNamespace(samples=4)})
+    assert _run(tmp_path).adopt_for(wl) == {"train": "Rows[8]", "val": "Rows[4]"}
+
+
+def test_the_bundle_self_check_adopts_as_the_grader_does():
+    # the self-check ships in the candidate's bundle; a script with its own data failed workload_intact there
+    import ast
+    from pathlib import Path
+
+    src = (Path(__file__).resolve().parents[3] / "grader" / "bundle" / "kit" / "selfcheck.py").read_text()
+    judge_all = next(f for f in ast.walk(ast.parse(src)) if isinstance(f, ast.FunctionDef) and f.name == "judge_all")
+    assert "adopt_for" in {n.attr for n in ast.walk(judge_all) if isinstance(n, ast.Attribute)}
