@@ -132,6 +132,22 @@ class Issue(_Strict):
     weight: float = Field(1.0, gt=0)
 
 
+class Calibration(_Strict):
+    """How long the fix took to find from the brief alone, tried as a new candidate would (the
+    workspace of `trainwreck start`, no solution, no notes): what `minutes` and `difficulty` rest on."""
+
+    cause_minutes: int = Field(gt=0, description="to the root cause, shown with evidence")
+    pass_minutes: int | None = Field(None, gt=0, description="to a passing grade; None: it did not pass")
+    hints: int = Field(ge=0, description="hints taken")
+    by: str = Field(min_length=1, description="who tried, and when")
+
+    @model_validator(mode="after")
+    def _order(self) -> Calibration:
+        if self.pass_minutes is not None and self.pass_minutes < self.cause_minutes:
+            raise ValueError("pass_minutes is before cause_minutes: a pass comes after the cause is found")
+        return self
+
+
 class Manifest(_Strict):
     format_version: int
     kind: Literal["script"] = "script"  # a design scenario has its own manifest (grader/scenario.py)
@@ -153,6 +169,7 @@ class Manifest(_Strict):
     issues: list[Issue] = []  # when given, the score is the weighted share of issues fixed
     hints: list[str]
     references: list[Reference] = []
+    calibration: Calibration | None = None
     # the interviewer's rubric (rubrics/<id>.toml); default: debugging, or optimisation where
     # speed is graded. Extra dimensions (a rubric dimension's fields) are checked by grader.rubric.
     rubric: str | None = Field(None, pattern=r"^[a-z][a-z0-9_-]*$")
