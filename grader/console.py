@@ -357,20 +357,20 @@ def sample_lines(samples: list[dict], stepped: bool = False) -> list[str]:
     fetched of each dataset, as one line per dataset; for a job that trained without a DataLoader,
     that its samples went unseen."""
     if not samples:
-        return ["samples: no DataLoader fetched anything; batches a script makes itself (a memmap its "
-                "own get_batch slices, a tensor it indexes) are not observed"] if stepped else []
+        return ["samples: no DataLoader fetched anything; batches a script makes itself",
+                "  (a memmap its own get_batch slices, a tensor it indexes) are not observed"] if stepped else []
     out = ["samples fetched by the DataLoaders (latest attempt of each rank):"]
     for d in samples:
         per = ", ".join(f"rank {r} {v['items']}" for r, v in d["ranks"].items())
         if d["kind"] == "iterable":
-            out.append(f"  {d['dataset']}: {per} items; which items: not observable for an iterable dataset")
+            out += [f"  {d['dataset']}: {per} items", "    which items: not observable for an iterable dataset"]
             continue
         from harness.fetches import size_of
 
         n = size_of(d["dataset"])
         of = f" of {n}" if n is not None else ""
-        out.append(f"  {d['dataset']}: {per}; {d['distinct']} distinct{of}, "
-                   f"{d['shared']} fetched by more than one rank")
+        out += [f"  {d['dataset']}: {per}",
+                f"    {d['distinct']} distinct{of}; {d['shared']} fetched by more than one rank over the run"]
     return out
 
 
