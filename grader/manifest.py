@@ -47,6 +47,9 @@ class Workload(_Strict):
     backward_per_step: int = Field(1, gt=0)
     # the autocast dtype the model's forward passes run under (e.g. "float16"); None: not judged
     autocast: str | None = None
+    # the dtype the forward passes compute in, by autocast or by weights cast to it (e.g. "bfloat16");
+    # None: not judged. Unlike ``autocast``, fp32 master weights with a bf16 copy pass too
+    compute_dtype: str | None = None
     # evaluations on other datasets: how many, of how many distinct samples each (e.g. {val = {count
     # = 96, samples = 1024}}). Judged by what all ranks and their loader workers read, a sample counted
     # once per evaluation whichever rank or process read it: rank 0 scoring the whole split alone is

@@ -1,5 +1,5 @@
 """The work behind each optimizer step: how many backward passes and outermost forward calls it
-took, how many rows the model was fed, and under which autocast dtype.
+took, how many rows the model was fed, and in which floating-point dtype it computed.
 
 The optimizer step hook sees the steps a script makes through ``torch.optim``; training done
 around it (a restart that retrains from scratch up to its checkpoint with updates the hook never
@@ -18,6 +18,10 @@ recorded, shows it:
   batch size, for the kit's models), summed;
 - ``autocast``: per outermost forward call, the autocast dtype in force on its input's device
   (``"float16"``, ``"bfloat16"``), or ``"off"``: ``{dtype: calls}``;
+- ``compute``: per outermost forward call, the dtype its matrix products run in: the autocast
+  dtype where autocast is on, else the dtype holding most of the module's floating-point parameter
+  elements (a model cast with ``.to(torch.bfloat16)``): ``{dtype: calls}``. Autocast and bf16
+  weights with fp32 master copies are two ways to train in bf16; both read ``"bfloat16"``;
 - ``backward_rows``: the samples the step trained on: the rows of the outermost forward calls
   (this step's or earlier ones') whose output a backward pass since the previous step went through,
   each call counted once however many passes reached it; ``backward_max_rows``: the largest of
@@ -56,6 +60,7 @@ class WorkCounter:
         self.forward = 0
         self.rows = 0
         self.autocast: dict[str, int] = {}
+        self.compute: dict[str, int] = {}
         self.backward_rows = 0
         self.backward_max_rows = 0
         self.backward_blind = 0
@@ -71,9 +76,12 @@ class WorkCounter:
                                "backward_max_rows": self.backward_max_rows, "backward_blind": self.backward_blind}
         if self.autocast:
             out["autocast"] = self.autocast
+        if self.compute:
+            out["compute"] = self.compute
         self.backward = self.forward = self.rows = 0
         self.backward_rows = self.backward_max_rows = self.backward_blind = 0
         self.autocast = {}
+        self.compute = {}
         return out
 
     def tail(self) -> dict[str, Any]:
@@ -107,6 +115,8 @@ class WorkCounter:
                 self.rows += rows
             key = _autocast_dtype(t.device.type)
         self.autocast[key] = self.autocast.get(key, 0) + 1
+        compute = key if key != "off" else _weights_dtype(mod)
+        self.compute[compute] = self.compute.get(compute, 0) + 1
         return rows
 
     def watch(self, out: Any, rows: int) -> None:
@@ -166,6 +176,21 @@ def _autocast_dtype(device_type: str) -> str:
         return str(torch.get_autocast_dtype(device_type)).replace("torch.", "")
     except Exception:  # a device type autocast does not know
         return "off"
+
+
+def _weights_dtype(mod: torch.nn.Module, limit: int = 256) -> str:
+    """The dtype holding most of the module's floating-point parameter elements (of its first
+    ``limit`` parameters: the cost stays flat on a large model), or ``"off"`` without any. Read at
+    every call: ``.to(dtype)`` swaps the parameters' data in place."""
+    by: dict[torch.dtype, int] = {}
+    for i, p in enumerate(mod.parameters()):
+        if i >= limit:
+            break
+        if p.is_floating_point():
+            by[p.dtype] = by.get(p.dtype, 0) + p.numel()
+    if not by:
+        return "off"
+    return str(max(by, key=lambda d: by[d])).replace("torch.", "")
 
 
 def install(rec) -> WorkCounter:

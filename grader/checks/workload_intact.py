@@ -44,6 +44,10 @@ sizes, killed and restarted runs; ``grader/evidence/work.py``, ``harness/work.py
   train on data no epoch read;
 - autocast: where the workload names one (``autocast = "float16"``), every optimizer step of the
   main run must run a forward pass under it;
+- compute dtype: where the workload names one (``compute_dtype = "bfloat16"``), every optimizer step
+  of the main run must run a forward pass that computes in it, by autocast or by weights cast to it
+  (``harness/work.py``'s ``compute``): the brief's memory budget, however a fix keeps the master
+  weights;
 - records that contradict each other (``grader/evidence/timeline.py``): a save or an upload said
   to take longer than the wall time around it, a rank's clock behind the parent's.
 """
@@ -57,7 +61,7 @@ from grader.checks.base import Check, CheckResult, CheckSpec, Context, need, tra
 from grader.evidence import harness_failed
 from grader.evidence.timeline import contradictions
 from grader.evidence.work import (
-    autocast_misses,
+    dtype_misses,
     empty_steps,
     evaluation_reads,
     extra_training,
@@ -269,16 +273,20 @@ def _hidden_work(ctx: Context, main: RunEvidence, evidence: dict[str, Any]) -> l
         if evidence.get("contradictions", {}).get(role):
             first = evidence["contradictions"][role][0]
             problems.append(f"records of {where} contradict each other: {first['what']}")
-    dtype = getattr(wl, "autocast", None)
-    if dtype:
+    for field, dtype, how in (("autocast", wl.autocast, "autocast"), ("compute", wl.compute_dtype, "compute")):
+        if not dtype:
+            continue
         for r in sorted(main.ranks):
-            miss = autocast_misses(main, r, dtype)
+            miss = dtype_misses(main, r, dtype, field)
             if miss:
-                evidence.setdefault("autocast", {})[r] = miss
+                evidence.setdefault(field, {})[r] = miss
                 seen = ", ".join(f"{k} x{v}" for k, v in sorted(miss["seen"].items(), key=lambda kv: -kv[1]))
-                problems.append(f"rank {r}'s forward passes ran without {dtype} autocast at {miss['steps_without']} of "
+                ran = f"without {dtype} autocast" if field == "autocast" else f"in no {dtype} computation"
+                wants = (f"the workload trains under {dtype} autocast" if field == "autocast" else
+                         f"the workload's forward passes compute in {dtype} (autocast or {dtype} weights)")
+                problems.append(f"rank {r}'s forward passes ran {ran} at {miss['steps_without']} of "
                                 f"its {miss['steps']} optimizer steps (first at step {miss['first_step']}; forward calls "
-                                f"by autocast dtype: {seen}); the workload trains under {dtype} autocast")
+                                f"by {how} dtype: {seen}); {wants}")
                 break
     return problems
 

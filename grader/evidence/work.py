@@ -2,7 +2,7 @@
 against the workload in samples, not in calls: the samples each step trained on (the rows of the
 forward passes its backward passes reached) against the effective batch, the micro-batch where the
 workload declares one, samples the model was fed that the rank never read through the kit's
-datasets, reads far ahead of the steps that consume them, the autocast dtype of the forward
+datasets, reads far ahead of the steps that consume them, the autocast and compute dtypes of the forward
 passes, and the evaluations' coverage whichever rank or loader worker read it.
 
 Gradient accumulation, micro-batches, ``no_sync`` and DataLoader workers (persistent or not) change
@@ -275,8 +275,10 @@ def evaluation_reads(ev: RunEvidence, ds: str, count: int, window: float) -> dic
     return {"slots": slots, "distinct": len(reads), "reads": per_rank}
 
 
-def autocast_misses(ev: RunEvidence, rank: int, dtype: str) -> dict[str, Any] | None:
-    """Steps of the rank's last attempt none of whose forward passes ran under autocast ``dtype``."""
+def dtype_misses(ev: RunEvidence, rank: int, dtype: str, field: str = "autocast") -> dict[str, Any] | None:
+    """Steps of the rank's last attempt none of whose forward passes ran in ``dtype`` by the step
+    records' ``field``: ``autocast`` (the autocast dtype in force) or ``compute`` (the dtype the
+    matrix products ran in: autocast's, else the weights')."""
     steps = _steps_by_attempt(ev, rank)
     if not steps:
         return None
@@ -284,11 +286,11 @@ def autocast_misses(ev: RunEvidence, rank: int, dtype: str) -> dict[str, Any] | 
     judged = [r for r in last if "forward_calls" in r]
     if not judged:
         return None
-    missed = [r for r in judged if not (r.get("autocast") or {}).get(dtype)]
+    missed = [r for r in judged if not (r.get(field) or {}).get(dtype)]
     if not missed:
         return None
     seen: Counter[Any] = Counter()
     for r in judged:
-        seen.update(r.get("autocast") or {"no forward call": 1})
+        seen.update(r.get(field) or {"no forward call": 1})
     return {"steps_without": len(missed), "steps": len(judged), "first_step": int(missed[0]["step"]),
             "seen": dict(seen)}

@@ -106,6 +106,7 @@ def test_the_work_behind_each_step_is_counted(plain):
     assert [r["backward_rows"] for r in steps] == [12, 12, 12] + [4] * 9
     assert {r["backward_max_rows"] for r in steps} == {4} and {r["backward_blind"] for r in steps} == {0}
     assert steps[0]["autocast"] == {"float16": 1, "off": 2} and steps[5]["autocast"] == {"float16": 1}
+    assert steps[0]["compute"] == {"float16": 1, "float32": 2} and steps[5]["compute"] == {"float16": 1}
     end = next(r for r in plain if r["kind"] == "exit")
     assert (end["tail_forward_calls"], end["tail_forward_rows"], end["tail_backward_passes"]) == (1, 4, 0)
     assert end["tail_autocast"] == {"off": 1}

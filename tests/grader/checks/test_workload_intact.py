@@ -124,12 +124,12 @@ def test_reads_before_the_first_step_are_dated_from_the_scripts_start(tmp_path, 
 
 # -- work done around the records: backward passes, rows fed, autocast, contradicting records ------
 
-def _work_run(root, steps=16, backward=None, rows=None, reads=None, autocast=None, attempt1=None, tail_rows=None,
+def _work_run(root, steps=16, backward=None, rows=None, reads=None, autocast=None, compute=None, attempt1=None, tail_rows=None,
               saves=(), uploads=(), rt_lag=None, overflow=None, read_rt=False, trained=None, micro=None, blind=None,
               legacy=False):
     """A finished 2-rank run whose step records carry the work fields. ``backward``/``rows``: step ->
     value (default 1 backward, 4 rows); ``reads``: step -> samples read during that step's iteration
-    (default 4); ``autocast``: step -> dict (default {"float16": 1}); ``attempt1``: (backward passes of
+    (default 4); ``autocast``, ``compute``: step -> dict (default {"float16": 1}, {"bfloat16": 1}); ``attempt1``: (backward passes of
     its first step, steps) of a restarted attempt; ``saves``: (dur, wall) of traced saves; ``uploads``:
     (dur, wall) of store uploads; ``rt_lag``: step -> parent receive time minus record time;
     ``read_rt``: the ledger records carry the parent's receive time, half a second before the
@@ -151,7 +151,8 @@ def _work_run(root, steps=16, backward=None, rows=None, reads=None, autocast=Non
                 b.sample(r, next(idx), step=s - 1, **({"rt": s - 0.5} if read_rt else {}))
             rec = {"kind": "step", "attempt": 0, "t": float(s), "step": s, "dt": 1.0, "rss_mb": 1.0, "lr": [0.1],
                    "backward_passes": (backward or {}).get(s, 1), "forward_calls": 1,
-                   "forward_rows": (rows or {}).get(s, 4), "autocast": (autocast or {}).get(s, {"float16": 1})}
+                   "forward_rows": (rows or {}).get(s, 4), "autocast": (autocast or {}).get(s, {"float16": 1}),
+                   "compute": (compute or {}).get(s, {"bfloat16": 1})}
             if not legacy:
                 n = (trained or {}).get(s, rec["forward_rows"])
                 rec.update(backward_rows=n, backward_max_rows=(micro or {}).get(s, n),
@@ -245,6 +246,10 @@ def test_the_work_as_declared_passes(tmp_path):
      "forward calls by autocast dtype: off x16)"),
     ({"autocast": {s: {"bfloat16": 1} for s in range(9, 17)}}, {"autocast": "float16"},
      "without float16 autocast at 8 of its 16 optimizer steps (first at step 9"),
+    # a bf16 job trained in fp32 (the memory budget gone)
+    ({"compute": {s: {"float32": 1} for s in range(1, 17)}}, {"compute_dtype": "bfloat16"},
+     "rank 0's forward passes ran in no bfloat16 computation at 16 of its 16 optimizer steps (first at step 1; "
+     "forward calls by compute dtype: float32 x16)"),
 ])
 def test_work_around_the_records_fails(tmp_path, kw, workload, says):
     c = _judge_work(tmp_path, main=_work_run(tmp_path / "main", **kw), **workload)
@@ -264,6 +269,8 @@ EVERY = range(1, 17)
     ({"rows": {1: 5}, "trained": {1: 4}}, {}),                                # one probing forward of a row
     ({"reads": {1: 12, 2: 0, 3: 0, 4: 4}}, {}),                               # read ahead (workers prefetching)
     ({"autocast": {s: {"float16": 1, "off": 1} for s in range(1, 17)}}, {"autocast": "float16"}),  # eval outside it
+    # bf16 weights without autocast (fp32 master copies in the optimizer) compute in bf16 too
+    ({"autocast": {s: {"off": 1} for s in EVERY}}, {"compute_dtype": "bfloat16"}),
 ])
 def test_valid_work_in_other_shapes_passes(tmp_path, kw, workload):
     c = _judge_work(tmp_path, main=_work_run(tmp_path / "main", **kw), **workload)
