@@ -79,6 +79,9 @@ def main(argv: list[str]) -> int:
 
     stacks = channel.open_stream(rundir.STACKS) if sandboxed else open(rdir / rundir.STACKS, "a", buffering=1)
     faulthandler.register(STACK_SIGNAL, file=stacks, all_threads=True, chain=False)
+    # A fatal signal (a segfault in an extension, an abort from C++ at teardown) leaves every
+    # thread's Python stack in the same file before the process dies as it would have.
+    faulthandler.enable(file=stacks, all_threads=True)
     # Before torch is imported (seconds on a busy machine): from here on the watchdog knows this
     # rank's pid, so it can ask for its stacks, or see that it died, even during the imports.
     boot = channel.open_writer(rdir / rundir.EVENTS, key)

@@ -382,11 +382,23 @@ def test_a_1gb_log_is_truncated_with_a_marker_and_the_rank_goes_on(tmp_path):
 
 @needs_bwrap
 @pytest.mark.slow
+def _tails(run_dir: Path, chars: int = 1500) -> str:
+    out = []
+    for rank in sorted((run_dir / "ranks").glob("*")):
+        for name in (rundir.STACKS, "stderr.log"):
+            f = rank / name
+            if f.exists():
+                out.append(f"--- rank {rank.name} {name}\n{f.read_text(errors='replace')[-chars:]}")
+    return "\n".join(out)
+
+
 def test_a_killed_rank_restarts_inside_and_each_attempt_is_told_apart(tmp_path):
     faults = [{"rank": 1, "step": 5, "attempt": 0, "when": "step"}]
     r = run_sandboxed(tmp_path, FIXTURES / "ddp_ok.py", "--steps", "12", max_restarts=1,
                       env={"TRAINWRECK_FAULTS": json.dumps(faults)})
-    assert r.status == "ok"
+    # Flaky once in CI (issue 29): a rank aborted at teardown after a clean exit record. Its
+    # faulthandler dump (stacks.txt) says which thread; shown here when it happens again.
+    assert r.status == "ok", _tails(r.run_dir)
     ev = r.records(1).valid
     boots = [e for e in ev if e["kind"] == "boot"]
     assert [b["attempt"] for b in boots] == [0, 1] and boots[0]["pid"] != boots[1]["pid"]
