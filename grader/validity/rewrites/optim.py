@@ -12,6 +12,7 @@ from grader.validity.source import (
     ddp_assign,
     expr,
     fresh,
+    insert_module_defs,
     is_call,
     kwarg,
     locate,
@@ -116,10 +117,36 @@ class Fp16Wire(_Wire):
 
 
 class Bf16Wire(_Wire):
+    """torch's own ``bf16_compress_hook`` is refused by DDP on any build without CUDA and NCCL 2.10+
+    (a check of the hook's name, whatever the backend), though gloo sums bf16 on the CPU: the
+    rewrite registers a hook of the script's own that takes the same steps."""
+
     name = "bf16-wire"
-    why = "DDP sends gradients as bf16 and averages them back in fp32 (bf16_compress_hook), where the brief allows a 16-bit wire"
-    hook = "bf16_compress_hook"
+    why = ("DDP sends gradients as bf16 and averages them back in fp32 (bf16_compress_hook's steps, in a hook of the "
+           "script's own), where the brief allows a 16-bit wire")
     conflicts = ("fp16-wire",)
+
+    def change(self, tree: ast.Module) -> None:
+        name, stmt = found(ddp_assign(tree), "the DDP wrapper")
+        th, dist = add_import(tree, "torch"), add_import(tree, "torch.distributed")
+        hook = fresh(tree, "bf16_wire_hook")
+        insert_module_defs(tree, snippet(f'''
+            def {hook}(state, bucket):
+                """Each gradient bucket cast to bf16 and divided by the world size, summed over the ranks in
+                bf16, and copied back into the fp32 bucket: the steps of torch's bf16_compress_hook."""
+                group = state if state is not None else {dist}.group.WORLD
+                buffer = bucket.buffer()
+                wire = buffer.to({th}.bfloat16).div_(group.size())
+                done = {dist}.all_reduce(wire, group=group, async_op=True).get_future()
+
+                def decompress(fut):
+                    buffer.copy_(fut.value()[0])
+                    return buffer
+
+                return done.then(decompress)
+            '''))
+        body, i = found(locate(tree, stmt), "the DDP wrapper's place")
+        body.insert(i + 1, snippet(f"{name}.register_comm_hook(state=None, hook={hook})")[0])
 
 
 def _item_only(fn: ast.FunctionDef) -> bool:

@@ -195,6 +195,21 @@ def _hook(name: str):
     return lambda before, after: any(name in ast.unparse(c) for c in calls(after, ".register_comm_hook"))
 
 
+def _own_hook(after: ast.Module) -> ast.FunctionDef | None:
+    """The script's own function that its DDP wrapper registers as its communication hook."""
+    defs = {f.name: f for f in after.body if isinstance(f, ast.FunctionDef)}
+    for c in calls(after, ".register_comm_hook"):
+        h = kwarg(c, "hook")
+        if isinstance(h, ast.Name) and h.id in defs:
+            return defs[h.id]
+    return None
+
+
+def _bf16_wire(before, after) -> bool:
+    h = _own_hook(after)
+    return h is not None and "bfloat16" in ast.unparse(h)
+
+
 TOOK_EFFECT = {
     "loader-workers": lambda b, a: isinstance(kwarg(train_loader(a), "num_workers"), ast.Constant)
     and kwarg(train_loader(a), "num_workers").value >= 1,
@@ -209,7 +224,7 @@ TOOK_EFFECT = {
     "param-groups": _groups,
     "ddp-bucket-view": lambda b, a: isinstance(kwarg(ddp_assign(a)[1].value, "gradient_as_bucket_view"), ast.Constant),
     "fp16-wire": _hook("fp16_compress_hook"),
-    "bf16-wire": _hook("bf16_compress_hook"),
+    "bf16-wire": _bf16_wire,
     "inference-mode": lambda b, a: len(calls(a, "torch.no_grad")) < len(calls(b, "torch.no_grad"))
     and bool(calls(a, "torch.inference_mode")),
     "checkpoint-rng": _rng,
@@ -309,6 +324,42 @@ def test_micro_batches_weigh_each_part_by_its_rows():
     parts = sum(torch.nn.functional.mse_loss(mx @ w, my) * (mx.shape[0] / x.shape[0])
                 for mx, my in zip(x.chunk(2), y.chunk(2)))
     assert torch.allclose(torch.autograd.grad(parts, w)[0], full, rtol=1e-6, atol=1e-7)
+
+
+class _World:
+    """A world of two ranks holding the same gradients: the all-reduce doubles what it is given."""
+
+    @staticmethod
+    def size() -> int:
+        return 2
+
+
+class _Dist:
+    group = type("group", (), {"WORLD": _World()})
+
+    @staticmethod
+    def all_reduce(t, group=None, async_op=False):
+        assert t.dtype == torch.bfloat16 and group.size() == 2
+        fut = torch.futures.Future()
+        fut.set_result([t * 2])
+        return type("Work", (), {"get_future": lambda self: fut})()
+
+
+def test_the_bf16_wire_hook_sends_bf16_and_hands_back_fp32():
+    """torch's bf16_compress_hook is refused without CUDA and NCCL, so the rewrite writes its own: the
+    bucket goes over the wire as bf16 divided by the world size, and the sum lands in the fp32 bucket."""
+    slug = next(s for s, n in APPLIES if n == "bf16-wire")
+    after = BY_NAME["bf16-wire"].apply(tree(slug))
+    hook = _own_hook(after)
+    assert hook is not None
+    ns = {"torch": torch, "dist": _Dist}
+    src = ast.unparse(hook).replace("torch.distributed.", "dist.")
+    exec(compile(src, "<rewrite>", "exec"), ns)
+    grads = torch.tensor([1.0 + 2 ** -9, 3.0e-3, -0.123456, 7.0], dtype=torch.float32)
+    bucket = type("Bucket", (), {"buffer": lambda self, g=grads.clone(): g})()
+    out = ns[hook.name](None, bucket).wait()
+    assert out is bucket.buffer() and out.dtype == torch.float32
+    assert torch.equal(out, grads.to(torch.bfloat16).float())  # (g / 2 + g / 2) in bf16: g rounded once
 
 
 def test_a_rewrite_that_does_not_apply_refuses():
