@@ -36,9 +36,11 @@ class Fix:
     ref_lines: list[str] = field(init=False)
     hunks: list[Hunk] = field(init=False)
     ref_key: str = field(init=False)  # the reference as a program (``program_key``)
+    broken_key: str = field(init=False)  # the broken script as a program
 
     def __post_init__(self) -> None:
         self.ref_key = program_key(self.ref)
+        self.broken_key = program_key(self.broken)
         self.broken_lines = self.broken.splitlines(keepends=True)
         self.ref_lines = self.ref.splitlines(keepends=True)
         sm = difflib.SequenceMatcher(None, self.broken_lines, self.ref_lines, autojunk=False)
@@ -95,13 +97,18 @@ class Mutation:
 
 def problem(source: str, fix: Fix) -> str | None:
     """Why a mutated source is not a mutant worth grading: it does not parse, it is the reference
-    again, or it reads a name nothing binds (a NameError, not a partial fix)."""
+    or the broken script again (every change of the fix undone: no partial fix, and ``trainwreck
+    verify`` grades the broken script already), or it reads a name nothing binds (a NameError, not a
+    partial fix)."""
     try:
         tree = parse(source)
     except SyntaxError as e:
         return f"does not parse ({e.msg}, line {e.lineno})"
     if program_key(source) == fix.ref_key:
         return "the same program as the reference (comments, docstrings or type hints only)"
+    if program_key(source) == fix.broken_key:
+        return ("the same program as the broken script (every change of the fix undone): no partial fix, and "
+                "trainwreck verify grades the broken script as shipped")
     gone = sorted(undefined(tree))
     if gone:
         return f"leaves {', '.join(gone)} undefined: a NameError, not a partial fix"

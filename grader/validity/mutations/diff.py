@@ -54,9 +54,13 @@ class RevertHunk(Mutation):
 
     def generate(self, fix: Fix) -> tuple[list[Mutant], list[Skipped]]:
         out, skipped = [], []
+        done: set[str] = set()  # two hunks that need each other make one group, reverted once
         for h, group in revert_groups(fix):
             name = f"revert-hunk-{h.index}" if len(group) == 1 else "revert-hunks-" + "-".join(
                 str(k.index) for k in group)
+            if name in done:
+                continue
+            done.add(name)
             if len(group) == len(fix.hunks) and len(group) > 1:
                 skipped.append(Skipped(name, "its revert needs every other hunk: that is the broken script"))
                 continue
