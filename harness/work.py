@@ -18,10 +18,15 @@ recorded, shows it:
   batch size, for the kit's models), summed;
 - ``autocast``: per outermost forward call, the autocast dtype in force on its input's device
   (``"float16"``, ``"bfloat16"``), or ``"off"``: ``{dtype: calls}``;
-- ``compute``: per outermost forward call, the dtype its matrix products run in: the autocast
-  dtype where autocast is on, else the dtype holding most of the module's floating-point parameter
-  elements (a model cast with ``.to(torch.bfloat16)``): ``{dtype: calls}``. Autocast and bf16
-  weights with fp32 master copies are two ways to train in bf16; both read ``"bfloat16"``;
+- ``compute``: per outermost forward call, the dtype its matrix products run in, read where they
+  run: at each call of a module that holds parameters of its own (a ``Linear``, an ``Embedding``;
+  the first ``LEAF_CAP`` of the call), the autocast dtype where autocast is on for its parameters'
+  device, else its parameters' dtype, weighted by how many elements they hold; the call's dtype
+  is the heaviest. Autocast entered inside the model's own ``forward`` counts, and so do bf16
+  weights with fp32 master copies in the optimizer: both read ``"bfloat16"``. ``{dtype: calls}``;
+- ``backward_compute``: the rows of ``backward_rows`` (below) by the compute dtype of the call they
+  went through, ``{dtype: rows}``: what the step trained on, in which precision (a module called in
+  bf16 on no rows, or outside the backward pass, trains nothing);
 - ``backward_rows``: the samples the step trained on: the rows of the outermost forward calls
   (this step's or earlier ones') whose output a backward pass since the previous step went through,
   each call counted once however many passes reached it; ``backward_max_rows``: the largest of
@@ -33,7 +38,8 @@ recorded, shows it:
   ``no_grad``, and gradient accumulation over micro-batches counts the samples once each.
 
 The counts after the last step go into the exit record (``tail_*``). Cost: one attribute check per
-nested module call and a few dictionary operations per outermost one (``benchmarks/evidence_cost.py``).
+nested module call, a parameter lookup at the first ``LEAF_CAP`` parameter-holding ones, and a few
+dictionary operations per outermost one (``benchmarks/evidence_cost.py``).
 """
 
 from __future__ import annotations
@@ -50,8 +56,13 @@ import torch
 _TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
 
+LEAF_CAP = 64  # parameter-holding module calls read per outermost call: the cost stays flat on a large model
+
+
 class _Local(threading.local):
     busy = False  # inside an outermost module call on this thread
+    leaves = 0  # parameter-holding module calls read in the current outermost call
+    weights: dict[str, int] = {}  # compute dtype -> parameter elements, in the current outermost call
 
 
 class WorkCounter:
@@ -61,6 +72,7 @@ class WorkCounter:
         self.rows = 0
         self.autocast: dict[str, int] = {}
         self.compute: dict[str, int] = {}
+        self.backward_compute: dict[str, int] = {}
         self.backward_rows = 0
         self.backward_max_rows = 0
         self.backward_blind = 0
@@ -78,10 +90,13 @@ class WorkCounter:
             out["autocast"] = self.autocast
         if self.compute:
             out["compute"] = self.compute
+        if self.backward_compute:
+            out["backward_compute"] = self.backward_compute
         self.backward = self.forward = self.rows = 0
         self.backward_rows = self.backward_max_rows = self.backward_blind = 0
         self.autocast = {}
         self.compute = {}
+        self.backward_compute = {}
         return out
 
     def tail(self) -> dict[str, Any]:
@@ -115,11 +130,33 @@ class WorkCounter:
                 self.rows += rows
             key = _autocast_dtype(t.device.type)
         self.autocast[key] = self.autocast.get(key, 0) + 1
-        compute = key if key != "off" else _weights_dtype(mod)
-        self.compute[compute] = self.compute.get(compute, 0) + 1
+        self._tls.leaves, self._tls.weights = 0, {}
+        self.leaf(mod)  # the outermost module's own parameters, where it has any
         return rows
 
-    def watch(self, out: Any, rows: int) -> None:
+    def leaf(self, mod: torch.nn.Module) -> None:
+        """Weigh a call of ``mod`` by the parameters it holds itself (not its submodules'), in the
+        dtype it computes in."""
+        tls = self._tls
+        if tls.leaves >= LEAF_CAP:
+            return
+        own = [p for p in getattr(mod, "_parameters", {}).values() if p is not None and p.is_floating_point()]
+        if not own:
+            return
+        tls.leaves += 1
+        key = _autocast_dtype(own[0].device.type)
+        if key == "off":
+            key = str(own[0].dtype).replace("torch.", "")
+        tls.weights[key] = tls.weights.get(key, 0) + sum(p.numel() for p in own)
+
+    def computed(self) -> str:
+        """The current outermost call's compute dtype, counted: the heaviest of its leaves'."""
+        weights = self._tls.weights
+        key = max(weights, key=lambda k: weights[k]) if weights else "off"
+        self.compute[key] = self.compute.get(key, 0) + 1
+        return key
+
+    def watch(self, out: Any, rows: int, compute: str = "off") -> None:
         """Hook the autograd node of a counted call's output (made with gradients enabled): the
         first backward pass that reaches it adds its rows to the step it belongs to."""
         if not torch.is_grad_enabled():
@@ -135,6 +172,7 @@ class WorkCounter:
                 cell[1] = True
                 self.backward_rows += cell[0]
                 self.backward_max_rows = max(self.backward_max_rows, cell[0])
+                self.backward_compute[compute] = self.backward_compute.get(compute, 0) + cell[0]
 
         for n in nodes.values():
             n.register_prehook(reached)
@@ -178,21 +216,6 @@ def _autocast_dtype(device_type: str) -> str:
         return "off"
 
 
-def _weights_dtype(mod: torch.nn.Module, limit: int = 256) -> str:
-    """The dtype holding most of the module's floating-point parameter elements (of its first
-    ``limit`` parameters: the cost stays flat on a large model), or ``"off"`` without any. Read at
-    every call: ``.to(dtype)`` swaps the parameters' data in place."""
-    by: dict[torch.dtype, int] = {}
-    for i, p in enumerate(mod.parameters()):
-        if i >= limit:
-            break
-        if p.is_floating_point():
-            by[p.dtype] = by.get(p.dtype, 0) + p.numel()
-    if not by:
-        return "off"
-    return str(max(by, key=lambda d: by[d])).replace("torch.", "")
-
-
 def install(rec) -> WorkCounter:
     """Count on ``rec``'s steps: its step records and exit record get the fields above."""
     w = WorkCounter()
@@ -202,7 +225,14 @@ def install(rec) -> WorkCounter:
 
     @functools.wraps(orig_call)
     def __call__(mod, *args, **kwargs):
-        if tls.busy or w.in_backward:
+        if w.in_backward:
+            return orig_call(mod, *args, **kwargs)
+        if tls.busy:
+            if tls.leaves < LEAF_CAP:
+                try:
+                    w.leaf(mod)
+                except Exception:  # never let the count break the script's forward
+                    pass
             return orig_call(mod, *args, **kwargs)
         tls.busy = True
         try:
@@ -213,7 +243,7 @@ def install(rec) -> WorkCounter:
             out = orig_call(mod, *args, **kwargs)
             if rows is not None:
                 try:
-                    w.watch(out, rows)
+                    w.watch(out, rows, w.computed())
                 except Exception:
                     pass
             return out

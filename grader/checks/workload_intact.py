@@ -44,10 +44,11 @@ sizes, killed and restarted runs; ``grader/evidence/work.py``, ``harness/work.py
   train on data no epoch read;
 - autocast: where the workload names one (``autocast = "float16"``), every optimizer step of the
   main run must run a forward pass under it;
-- compute dtype: where the workload names one (``compute_dtype = "bfloat16"``), every optimizer step
-  of the main run must run a forward pass that computes in it, by autocast or by weights cast to it
-  (``harness/work.py``'s ``compute``): the brief's memory budget, however a fix keeps the master
-  weights;
+- compute dtype: where the workload names one (``compute_dtype = "bfloat16"``), most of the rows
+  each optimizer step of the main run trained on must have gone through forward calls computing in
+  it, by autocast or by weights cast to it (``harness/work.py``'s ``backward_compute``): the brief's
+  memory budget, however a fix keeps the master weights; a bf16 module called beside an fp32 model
+  on no rows, or outside the backward pass, trains nothing;
 - records that contradict each other (``grader/evidence/timeline.py``): a save or an upload said
   to take longer than the wall time around it, a rank's clock behind the parent's.
 """
@@ -273,7 +274,7 @@ def _hidden_work(ctx: Context, main: RunEvidence, evidence: dict[str, Any]) -> l
         if evidence.get("contradictions", {}).get(role):
             first = evidence["contradictions"][role][0]
             problems.append(f"records of {where} contradict each other: {first['what']}")
-    for field, dtype, how in (("autocast", wl.autocast, "autocast"), ("compute", wl.compute_dtype, "compute")):
+    for field, dtype in (("autocast", wl.autocast), ("compute", wl.compute_dtype)):
         if not dtype:
             continue
         for r in sorted(main.ranks):
@@ -281,12 +282,16 @@ def _hidden_work(ctx: Context, main: RunEvidence, evidence: dict[str, Any]) -> l
             if miss:
                 evidence.setdefault(field, {})[r] = miss
                 seen = ", ".join(f"{k} x{v}" for k, v in sorted(miss["seen"].items(), key=lambda kv: -kv[1]))
-                ran = f"without {dtype} autocast" if field == "autocast" else f"in no {dtype} computation"
-                wants = (f"the workload trains under {dtype} autocast" if field == "autocast" else
-                         f"the workload's forward passes compute in {dtype} (autocast or {dtype} weights)")
-                problems.append(f"rank {r}'s forward passes ran {ran} at {miss['steps_without']} of "
-                                f"its {miss['steps']} optimizer steps (first at step {miss['first_step']}; forward calls "
-                                f"by {how} dtype: {seen}); {wants}")
+                if field == "autocast":
+                    problems.append(f"rank {r}'s forward passes ran without {dtype} autocast at {miss['steps_without']} "
+                                    f"of its {miss['steps']} optimizer steps (first at step {miss['first_step']}; "
+                                    f"forward calls by autocast dtype: {seen}); the workload trains under {dtype} "
+                                    "autocast")
+                else:
+                    problems.append(f"rank {r} trained mostly outside {dtype} at {miss['steps_without']} of its "
+                                    f"{miss['steps']} optimizer steps (first at step {miss['first_step']}; trained "
+                                    f"rows, else forward calls, by compute dtype: {seen}); the workload's forward "
+                                    f"passes compute in {dtype} (autocast or {dtype} weights)")
                 break
     return problems
 

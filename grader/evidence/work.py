@@ -276,9 +276,10 @@ def evaluation_reads(ev: RunEvidence, ds: str, count: int, window: float) -> dic
 
 
 def dtype_misses(ev: RunEvidence, rank: int, dtype: str, field: str = "autocast") -> dict[str, Any] | None:
-    """Steps of the rank's last attempt none of whose forward passes ran in ``dtype`` by the step
-    records' ``field``: ``autocast`` (the autocast dtype in force) or ``compute`` (the dtype the
-    matrix products ran in: autocast's, else the weights')."""
+    """Steps of the rank's last attempt that did not run in ``dtype`` by the step records' ``field``:
+    ``autocast`` (some forward call ran under that autocast dtype) or ``compute`` (most of the rows
+    the step's backward passes reached went through forward calls computing in it,
+    ``backward_compute``; in records without it, some forward call computed in it)."""
     steps = _steps_by_attempt(ev, rank)
     if not steps:
         return None
@@ -286,11 +287,19 @@ def dtype_misses(ev: RunEvidence, rank: int, dtype: str, field: str = "autocast"
     judged = [r for r in last if "forward_calls" in r]
     if not judged:
         return None
-    missed = [r for r in judged if not (r.get(field) or {}).get(dtype)]
+
+    def ran_in(r: dict[str, Any]) -> bool:
+        trained = r.get("backward_compute") if field == "compute" else None
+        if isinstance(trained, dict) and trained:
+            return bool(2 * trained.get(dtype, 0) > sum(trained.values()))
+        return bool((r.get(field) or {}).get(dtype))
+
+    missed = [r for r in judged if not ran_in(r)]
     if not missed:
         return None
     seen: Counter[Any] = Counter()
     for r in judged:
-        seen.update(r.get(field) or {"no forward call": 1})
+        seen.update((r.get("backward_compute") if field == "compute" else None) or r.get(field)
+                    or {"no forward call": 1})
     return {"steps_without": len(missed), "steps": len(judged), "first_step": int(missed[0]["step"]),
             "seen": dict(seen)}

@@ -124,7 +124,7 @@ def test_reads_before_the_first_step_are_dated_from_the_scripts_start(tmp_path, 
 
 # -- work done around the records: backward passes, rows fed, autocast, contradicting records ------
 
-def _work_run(root, steps=16, backward=None, rows=None, reads=None, autocast=None, compute=None, attempt1=None, tail_rows=None,
+def _work_run(root, steps=16, backward=None, rows=None, reads=None, autocast=None, compute=None, backward_compute=None, attempt1=None, tail_rows=None,
               saves=(), uploads=(), rt_lag=None, overflow=None, read_rt=False, trained=None, micro=None, blind=None,
               legacy=False):
     """A finished 2-rank run whose step records carry the work fields. ``backward``/``rows``: step ->
@@ -153,6 +153,8 @@ def _work_run(root, steps=16, backward=None, rows=None, reads=None, autocast=Non
                    "backward_passes": (backward or {}).get(s, 1), "forward_calls": 1,
                    "forward_rows": (rows or {}).get(s, 4), "autocast": (autocast or {}).get(s, {"float16": 1}),
                    "compute": (compute or {}).get(s, {"bfloat16": 1})}
+            if backward_compute is not None:
+                rec["backward_compute"] = backward_compute.get(s, {})
             if not legacy:
                 n = (trained or {}).get(s, rec["forward_rows"])
                 rec.update(backward_rows=n, backward_max_rows=(micro or {}).get(s, n),
@@ -248,8 +250,12 @@ def test_the_work_as_declared_passes(tmp_path):
      "without float16 autocast at 8 of its 16 optimizer steps (first at step 9"),
     # a bf16 job trained in fp32 (the memory budget gone)
     ({"compute": {s: {"float32": 1} for s in range(1, 17)}}, {"compute_dtype": "bfloat16"},
-     "rank 0's forward passes ran in no bfloat16 computation at 16 of its 16 optimizer steps (first at step 1; "
-     "forward calls by compute dtype: float32 x16)"),
+     "rank 0 trained mostly outside bfloat16 at 16 of its 16 optimizer steps (first at step 1; trained rows, else "
+     "forward calls, by compute dtype: float32 x16)"),
+    # an fp32 model with a bf16 module called on the side: the rows trained on went through fp32
+    ({"compute": {s: {"float32": 1, "bfloat16": 1} for s in range(1, 17)},
+      "backward_compute": {s: {"float32": 4} for s in range(1, 17)}}, {"compute_dtype": "bfloat16"},
+     "trained rows, else forward calls, by compute dtype: float32 x64"),
 ])
 def test_work_around_the_records_fails(tmp_path, kw, workload, says):
     c = _judge_work(tmp_path, main=_work_run(tmp_path / "main", **kw), **workload)
@@ -271,6 +277,8 @@ EVERY = range(1, 17)
     ({"autocast": {s: {"float16": 1, "off": 1} for s in range(1, 17)}}, {"autocast": "float16"}),  # eval outside it
     # bf16 weights without autocast (fp32 master copies in the optimizer) compute in bf16 too
     ({"autocast": {s: {"off": 1} for s in EVERY}}, {"compute_dtype": "bfloat16"}),
+    # ... and norms kept in fp32 beside them: most trained rows still went through bf16
+    ({"backward_compute": {s: {"bfloat16": 4} for s in EVERY}}, {"compute_dtype": "bfloat16"}),
 ])
 def test_valid_work_in_other_shapes_passes(tmp_path, kw, workload):
     c = _judge_work(tmp_path, main=_work_run(tmp_path / "main", **kw), **workload)
