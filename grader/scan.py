@@ -16,7 +16,8 @@ t.save = f`` is seen as ``torch.save``):
   ``solutions``, ``.trainwreck``, ``cache``, ``site-packages`` or ``usercustomize`` /
   ``sitecustomize``;
 - the kit's datasets' storage (``.x``, ``.y`` of a kit dataset, ``.seqs``, ``._blob``, ``._y``):
-  reading data without going through the ledger;
+  reading data without going through the ledger. A dataset class the file defines itself is the
+  script's own, under whatever name (the exercises define theirs): its storage is not flagged;
 - assignments (or ``setattr``) that replace ``torch.save``, ``torch.load``, an optimizer's
   ``step``, ``backward``, or anything of the kit's classes and modules;
 - ``exec`` / ``eval`` / ``compile`` of something other than a literal, ``__import__`` and
@@ -55,8 +56,10 @@ class Finding:
 
 
 class _Scanner(ast.NodeVisitor):
-    def __init__(self, file: str):
+    def __init__(self, file: str, own_classes: frozenset[str] = frozenset(), own_attrs: frozenset[str] = frozenset()):
         self.file = file
+        self.own_classes = own_classes  # classes the file defines: its own datasets, whatever their names
+        self.own_attrs = own_attrs  # attributes its own classes set on self
         self.found: list[Finding] = []
         self.alias: dict[str, str] = {}  # local name -> qualified name it was imported as
         self.datasets: set[str] = set()  # names bound to a kit dataset
@@ -151,7 +154,7 @@ class _Scanner(ast.NodeVisitor):
             elif isinstance(t, ast.Name) and value is not None:
                 call = value.func if isinstance(value, ast.Call) else None
                 built = self.qualified(call) if call is not None else None
-                if built and built.rsplit(".", 1)[-1] in KIT_DATASETS:
+                if built and built.rsplit(".", 1)[-1] in KIT_DATASETS and built not in self.own_classes:
                     self.datasets.add(t.id)
             elif isinstance(t, (ast.Tuple, ast.List)):
                 self._targets(node, t.elts, None)
@@ -172,7 +175,7 @@ class _Scanner(ast.NodeVisitor):
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if isinstance(node.ctx, ast.Load):
             owner = node.value
-            if node.attr in DATASET_STORAGE:
+            if node.attr in DATASET_STORAGE and node.attr not in self.own_attrs:
                 self.add(node, f"reads .{node.attr} (a kit dataset's storage, past its sample ledger)")
             elif node.attr in DATASET_XY and (
                     (isinstance(owner, ast.Name) and owner.id in self.datasets)
@@ -248,7 +251,12 @@ def scan_source(source: str | bytes, file: str = "<submission>") -> list[Finding
         tree = ast.parse(source, filename=file)
     except (SyntaxError, ValueError):
         return []  # the grader refuses such a file before anything runs
-    s = _Scanner(file)
+    classes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+    attrs = {t.attr for c in classes for n in ast.walk(c) if isinstance(n, (ast.Assign, ast.AnnAssign))
+             for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+             for t in ([t] if not isinstance(t, ast.Tuple) else t.elts)
+             if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
+    s = _Scanner(file, frozenset(c.name for c in classes), frozenset(attrs))
     s.visit(tree)
     _PathCalls(s).visit(tree)
     seen, out = set(), []

@@ -1,4 +1,6 @@
-"""Deterministic workloads that exercise scripts import instead of downloading data.
+"""Deterministic workloads for the tests' fixtures, and the artifact store periodic-stall's script
+uses (``ArtifactStore``). The exercise scripts define their own data and models (docs/design.md,
+"Where the exercises' data and models come from"); these are the kit's copies, with a ledger.
 
 Datasets are generated from a seed, so every run sees the same numbers. Under the harness, each
 ``__getitem__``, and each batch fetch (``__getitems__``), appends ``(attempt, dataset, index or

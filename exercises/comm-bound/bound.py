@@ -16,9 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DistributedSampler
 
-from harness.workloads import ResidualMLP, SyntheticRegression
 from train import (ACCUM_STEPS, DATASET_SIZE, DEPTH, EPOCHS, FEATURES, GLOBAL_BATCH, LEARNING_RATE, SEED,
-                   WIDTH)
+                   WIDTH, ResidualMLP, SyntheticRegression)
 
 
 def main() -> None:
@@ -29,7 +28,7 @@ def main() -> None:
     micro_batch = GLOBAL_BATCH // (world_size * ACCUM_STEPS)
 
     torch.manual_seed(SEED)
-    data = SyntheticRegression(DATASET_SIZE, FEATURES, seed=SEED, name="bound")
+    data = SyntheticRegression(DATASET_SIZE, FEATURES, seed=SEED)
     sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=SEED,
                                  drop_last=True)
     steps = []  # per optimizer step, its ACCUM_STEPS micro-batches

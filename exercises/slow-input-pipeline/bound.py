@@ -16,9 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DistributedSampler
 
-from harness.workloads import MLP, SensorRecords
-from train import (DATASET_SIZE, DEPTH, EPOCHS, GLOBAL_BATCH, LEARNING_RATE, N_FREQS, SEED, TRACE_LEN,
-                   WIDTH, spectral_features)
+from train import (DATASET_SIZE, DEPTH, EPOCHS, GLOBAL_BATCH, LEARNING_RATE, MLP, N_FREQS, SEED, TRACE_LEN,
+                   WIDTH, SensorRecords, spectral_features)
 
 
 def main() -> None:
@@ -29,7 +28,7 @@ def main() -> None:
     batch_size = GLOBAL_BATCH // world_size
 
     torch.manual_seed(SEED)
-    records = SensorRecords(DATASET_SIZE, TRACE_LEN, seed=SEED, name="bound")
+    records = SensorRecords(DATASET_SIZE, TRACE_LEN, seed=SEED)
     sampler = DistributedSampler(records, num_replicas=world_size, rank=rank, shuffle=True, seed=SEED,
                                  drop_last=True)
     features: dict[int, torch.Tensor] = {}

@@ -8,16 +8,16 @@ Launch (one process per GPU, or per CPU core with gloo):
 """
 
 import contextlib
+import math
 import os
 import time
 
 import torch
 import torch.distributed as dist
+import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler
-
-from harness.workloads import ResidualMLP, SyntheticRegression
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 # -----------------------------------------------------------------------------
 # data
@@ -36,6 +36,41 @@ LOG_INTERVAL = 8
 OUT_DIR = "out"
 SEED = 1337
 # -----------------------------------------------------------------------------
+
+
+class SyntheticRegression(Dataset):
+    """``y = x @ w + noise`` with ``x`` standard normal, generated from a seed: a fixed, learnable target."""
+
+    def __init__(self, size: int, features: int = 32, targets: int = 1, seed: int = 0, noise: float = 0.01):
+        g = torch.Generator().manual_seed(seed)
+        self.x = torch.randn(size, features, generator=g)
+        w = torch.randn(features, targets, generator=g) / math.sqrt(features)
+        self.y = self.x @ w + noise * torch.randn(size, targets, generator=g)
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x[index], self.y[index]
+
+
+class ResidualMLP(nn.Module):
+    """A deep residual MLP: many small layers. The initial weights come from ``seed`` alone,
+    whatever else has drawn from the global RNG before."""
+
+    def __init__(self, features: int, width: int, depth: int, seed: int = 0):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.inp = nn.Linear(features, width)
+            self.blocks = nn.ModuleList(nn.Linear(width, width) for _ in range(depth))
+            self.out = nn.Linear(width, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.inp(x)
+        for block in self.blocks:
+            h = h + F.gelu(block(h)) / len(self.blocks)
+        return self.out(h)
 
 
 def gpu_per_rank() -> bool:
@@ -58,7 +93,7 @@ def main() -> None:
     micro_batch = GLOBAL_BATCH // (world_size * ACCUM_STEPS)
 
     torch.manual_seed(SEED)
-    train_set = SyntheticRegression(DATASET_SIZE, FEATURES, seed=SEED, name="train")
+    train_set = SyntheticRegression(DATASET_SIZE, FEATURES, seed=SEED)
     sampler = DistributedSampler(train_set, shuffle=True, seed=SEED, drop_last=True)
     loader = DataLoader(train_set, batch_size=micro_batch, sampler=sampler, drop_last=True)
 

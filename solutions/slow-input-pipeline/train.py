@@ -8,17 +8,18 @@ Launch (one process per GPU, or per CPU core with gloo):
     torchrun --standalone --nproc-per-node 2 train.py
 """
 
+import array
 import math
 import os
+import sys
 import time
 
 import torch
 import torch.distributed as dist
+import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler
-
-from harness.workloads import MLP, SensorRecords
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 # -----------------------------------------------------------------------------
 # data
@@ -37,6 +38,55 @@ LOG_INTERVAL = 8
 OUT_DIR = "out"
 SEED = 1337
 # -----------------------------------------------------------------------------
+
+
+class SensorRecords(Dataset):
+    """Raw sensor traces as stored: each item is ``(record, target)``, the record ``length``
+    little-endian int16 samples as ``bytes`` (a few tones plus noise, as a sensor stores them),
+    the target a fixed function of which tones are present and how loud."""
+
+    def __init__(self, size: int, length: int = 64, tones: int = 3, seed: int = 0):
+        g = torch.Generator().manual_seed(seed)
+        t = torch.arange(length, dtype=torch.float64)
+        freq = torch.randint(1, length // 4 + 1, (size, tones), generator=g)
+        amp = torch.rand(size, tones, generator=g, dtype=torch.float64) + 0.2
+        phase = torch.rand(size, tones, 1, generator=g, dtype=torch.float64) * 2 * math.pi
+        wave = (amp[:, :, None] * torch.sin(2 * math.pi * freq[:, :, None] * t / length + phase)).sum(1)
+        wave = wave + 0.1 * torch.randn(size, length, generator=g, dtype=torch.float64)
+        scale = 8000.0 / wave.abs().amax(1, keepdim=True)
+        weight = torch.randn(length // 4 + 1, generator=g, dtype=torch.float64)
+        samples = array.array("h", (wave * scale).round().to(torch.int16).flatten().tolist())
+        if sys.byteorder == "big":
+            samples.byteswap()
+        self._blob = samples.tobytes()
+        self._y = (amp * weight[freq]).sum(1, keepdim=True).to(torch.float32)
+        self._stride = 2 * length
+
+    def __len__(self) -> int:
+        return len(self._y)
+
+    def __getitem__(self, index: int) -> tuple[bytes, torch.Tensor]:
+        return self._blob[index * self._stride:(index + 1) * self._stride], self._y[index]
+
+
+class MLP(nn.Module):
+    """Linear layers with GELU between them. The initial weights come from ``seed`` alone, whatever
+    else has drawn from the global RNG before."""
+
+    def __init__(self, features: int = 32, hidden: int = 128, targets: int = 1, depth: int = 3, seed: int = 0):
+        super().__init__()
+        layers: list[nn.Module] = []
+        width = features
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            for _ in range(depth - 1):
+                layers += [nn.Linear(width, hidden), nn.GELU()]
+                width = hidden
+            layers.append(nn.Linear(width, targets))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
 
 
 def _dft_basis(n: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -87,7 +137,7 @@ def main() -> None:
     batch_size = GLOBAL_BATCH // world_size
 
     torch.manual_seed(SEED)
-    train_set = SensorRecords(DATASET_SIZE, TRACE_LEN, seed=SEED, name="train")
+    train_set = SensorRecords(DATASET_SIZE, TRACE_LEN, seed=SEED)
     sampler = DistributedSampler(train_set, shuffle=True, seed=SEED, drop_last=True)
     # Records are read through the dataset every epoch (it streams from storage in production);
     # decoding and the spectrum run once per batch, vectorised, instead of once per record in Python.

@@ -56,6 +56,9 @@ FLAGGED = [
 ]
 
 CLEAN = [
+    # the script's own dataset, named like a kit one: its storage is its own business
+    "class SyntheticTokens:\n    def __init__(self):\n        self.seqs = []\nds = SyntheticTokens()\nt = ds.seqs[0]",
+    "class SyntheticRegression:\n    def __init__(self):\n        self.x, self.y = 1, 2\nds = SyntheticRegression()\nx = ds.x",
     "from harness.workloads import MLP, SyntheticRegression, own_rng",
     "from harness import workloads",
     "import harness.workloads",

@@ -288,7 +288,9 @@ def _exec_class(src_tree: ast.Module, cls: ast.ClassDef, **names) -> type:
 
 def test_the_container_prefixes_every_parameter_name():
     after = BY_NAME["wrap-model"].apply(tree("sampler-replay"))
-    cls = _exec_class(after, _class(after, "forward"))
+    had = {c.name for c in ast.walk(tree("sampler-replay")) if isinstance(c, ast.ClassDef)}
+    added = [c for c in ast.walk(after) if isinstance(c, ast.ClassDef) and c.name not in had]  # the script has its own MLP
+    cls = _exec_class(after, added[0], nn=torch.nn)
     inner = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.GELU(), torch.nn.Linear(4, 1))
     wrapped = cls(inner)
     assert [n for n, _ in wrapped.named_parameters()] == [f"inner.{n}" for n, _ in inner.named_parameters()]
