@@ -30,6 +30,9 @@ class Reference(_Strict):
 class Evaluation(_Strict):
     count: int = Field(gt=0, description="evaluations in an uninterrupted run")
     samples: int = Field(gt=0, description="distinct samples each evaluation reads, over all ranks")
+    # the split's length where an evaluation reads only part of it (a held-out estimate of 64 of
+    # 256): how its DataLoader's dataset is recognised in a script that brings its own data
+    dataset_size: int | None = Field(None, gt=0)
 
 
 class Workload(_Strict):

@@ -10,9 +10,10 @@ A worker started with ``spawn`` or ``forkserver`` never ran the bootstrap: torch
 same wrap before its loop starts and sends over the channel as a forked one does.
 
 A dataset's identity (``ds``) is its class's qualified name and its length, ``TokenDataset[4096]``
-(``[iterable]`` for an iterable one): stable across runs and attempts, and the same whatever the
-script names its variables; two datasets of one class and one length are one identity, which a
-grader tells apart by the indices each read (docs/run-dir.md, "Loader records").
+(``[iterable]`` for an iterable one), and for a ``Subset`` where it begins in the dataset it
+splits, ``Subset@4096[4096]``: stable across runs and attempts, and the same whatever the script
+names its variables; two datasets of one class and one length are one identity, which a grader
+tells apart by the indices each read (docs/run-dir.md, "Loader records").
 
 In the parent, ``summarise`` turns the records into the run's sample accounting: per dataset, the
 items each rank fetched, how many distinct, and how many more than one rank fetched.
@@ -58,10 +59,26 @@ def identity(dataset: Any, iterable: bool = False) -> str:
     name = type(dataset).__qualname__
     if iterable:
         return f"{name}[iterable]"
+    start = _subset_start(dataset)
+    if start is not None:  # splits of one dataset, told apart by where each begins in it
+        name = f"{name}@{start}"
     try:
         return f"{name}[{len(dataset)}]"
     except Exception:  # a map-style dataset may have no length (its sampler knows the indices)
         return f"{name}[?]"
+
+
+def _subset_start(dataset: Any) -> Any:
+    """Where a ``torch.utils.data.Subset`` begins in the dataset it splits (its first index), or
+    None for any other dataset: a train and a validation split of one length stay two datasets."""
+    from torch.utils.data import Subset
+
+    if not isinstance(dataset, Subset):
+        return None
+    try:
+        return _index(dataset.indices[0]) if len(dataset.indices) else None
+    except Exception:
+        return None
 
 
 def size_of(ident: str) -> int | None:

@@ -18,14 +18,6 @@ THIRD_PARTY = {"torch"}
 KNOWN = {
     "exercises/periodic-stall/train.py": {"harness.workloads"},  # ArtifactStore: issue 27, item 3
     "solutions/periodic-stall/train.py": {"harness.workloads"},
-    # Evaluation splits of one class and one length (memory-leak: train and val, 4096 each;
-    # incident-multi: val and test, 256 each, val sampled 64 at a time): the loader ledger names a
-    # dataset by class and length, so it cannot tell them apart yet. Verify failed both on
-    # 'no rank read val' when they were inlined; they keep the kit's named datasets until it can.
-    "exercises/memory-leak/train.py": {"harness.workloads"},
-    "solutions/memory-leak/train.py": {"harness.workloads"},
-    "exercises/incident-multi/train.py": {"harness.workloads"},
-    "solutions/incident-multi/train.py": {"harness.workloads"},
 }
 
 

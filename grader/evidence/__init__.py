@@ -164,8 +164,9 @@ class RunEvidence:
         """A run that read nothing through the kit's datasets (a script that brings its own data) is
         judged on what its DataLoaders fetched (``loads.jsonl``, harness.fetches): each dataset the
         manifest names, by its length in ``sizes``, is the loader dataset of that length (the one
-        fetched most where several have it), its entries put in ``ledgers`` under the manifest's
-        name. A run with any kit ledger entry keeps the kit's ledger alone, so no read is counted
+        fetched most where several have it; where several names share a length, ``sizes``' order
+        is the order their datasets are first read: the training set, then each evaluation split),
+        its entries put in ``ledgers`` under the manifest's name. A run with any kit ledger entry keeps the kit's ledger alone, so no read is counted
         twice. Returns ``{manifest name: loader identity}`` of what was adopted (docs/run-dir.md)."""
         if any(self.ledgers.values()) or self.adopted:
             return self.adopted
@@ -173,10 +174,23 @@ class RunEvidence:
                                                        self.key).valid) for r in self.ranks}
         fetched: Counter[str] = Counter(x["ds"] for recs in loads.values() for x in recs
                                         if isinstance(x.get("ds"), str))
+        first: dict[str, tuple[int, int, int]] = {}  # identity -> (attempt, step, position) of its first fetch
+        for recs in loads.values():
+            for pos, x in enumerate(recs):
+                ds = x.get("ds")
+                if isinstance(ds, str):
+                    at = (int(x.get("a") or 0), int(x.get("s") or 0), pos)
+                    first[ds] = min(first.get(ds, at), at)
+        by_length: dict[int, list[str]] = {}
         for name, n in sizes.items():
-            same = [ds for ds in fetched if fetches.size_of(ds) == n and ds not in self.adopted.values()]
-            if same:
-                self.adopted[name] = max(same, key=lambda ds: (fetched[ds], ds))
+            by_length.setdefault(n, []).append(name)
+        for n, names in by_length.items():
+            same = [ds for ds in fetched if fetches.size_of(ds) == n]
+            if len(names) == 1 and same:  # the one fetched most: a second loader over it is not another split
+                self.adopted[names[0]] = max(same, key=lambda ds: (fetched[ds], ds))
+            else:  # splits of one length (train and val, val and test): in the order they are first read
+                for name, ds in zip(names, sorted(same, key=lambda ds: first[ds])):
+                    self.adopted[name] = ds
         by_identity = {ds: name for name, ds in self.adopted.items()}
         for r, recs in loads.items():
             self.ledgers[r] = [{**x, "ds": by_identity[x["ds"]]} for x in recs if x.get("ds") in by_identity]
@@ -186,7 +200,7 @@ class RunEvidence:
         """``adopt_loader_ledger`` with the lengths a manifest's workload names: its training dataset
         and each evaluation's (the grader's judge and the bundle's self-check both take them here)."""
         sizes = {workload.dataset: workload.dataset_size,
-                 **{name: e.samples for name, e in workload.evaluations.items()}}
+                 **{name: e.dataset_size or e.samples for name, e in workload.evaluations.items()}}
         return self.adopt_loader_ledger(sizes)
 
     def samples(self, rank: int, dataset: str, attempt: int | None = None) -> list[int]:

@@ -15,11 +15,10 @@ import time
 
 import torch
 import torch.distributed as dist
+import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler, Subset
-
-from harness.workloads import SyntheticTokens, TinyTransformer
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
 # -----------------------------------------------------------------------------
 # data
@@ -44,6 +43,66 @@ LOG_INTERVAL = 8
 OUT_DIR = "out"
 SEED = 1337
 # -----------------------------------------------------------------------------
+
+
+class SyntheticTokens(Dataset):
+    """Token sequences from a fixed random bigram chain, generated from a seed: next-token
+    prediction has real signal."""
+
+    def __init__(self, size: int, seq_len: int = 32, vocab: int = 64, seed: int = 0):
+        g = torch.Generator().manual_seed(seed)
+        probs = torch.softmax(torch.randn(vocab, vocab, generator=g) * 3, dim=-1)
+        seqs = torch.empty(size, seq_len + 1, dtype=torch.long)
+        seqs[:, 0] = torch.randint(vocab, (size,), generator=g)
+        for t in range(seq_len):
+            seqs[:, t + 1] = torch.multinomial(probs[seqs[:, t]], 1, generator=g).squeeze(1)
+        self.seqs = seqs
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        s = self.seqs[index]
+        return s[:-1], s[1:]
+
+
+class Block(nn.Module):
+    def __init__(self, d_model: int, n_head: int):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d_model)
+        self.attn = nn.MultiheadAttention(d_model, n_head, batch_first=True)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyTransformer(nn.Module):
+    """A small causal decoder. The initial weights come from ``seed`` alone, whatever else has
+    drawn from the global RNG before."""
+
+    def __init__(self, vocab: int = 64, seq_len: int = 32, d_model: int = 64, n_layer: int = 2,
+                 n_head: int = 4, seed: int = 0):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.tok = nn.Embedding(vocab, d_model)
+            self.pos = nn.Embedding(seq_len, d_model)
+            self.blocks = nn.ModuleList(Block(d_model, n_head) for _ in range(n_layer))
+            self.ln_f = nn.LayerNorm(d_model)
+            self.head = nn.Linear(d_model, vocab, bias=False)
+        self.register_buffer("mask", torch.triu(torch.full((seq_len, seq_len), float("-inf")), 1),
+                             persistent=False)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        t = idx.shape[1]
+        x = self.tok(idx) + self.pos(torch.arange(t, device=idx.device))
+        for block in self.blocks:
+            x = block(x, self.mask[:t, :t])
+        return self.head(self.ln_f(x))
 
 
 def lr_at(step: int, total: int) -> float:
@@ -110,9 +169,9 @@ def main() -> None:
     # one corpus, split three ways
     corpus = dict(size=DATASET_SIZE + VAL_SIZE + TEST_SIZE, seq_len=SEQ_LEN, vocab=VOCAB, seed=SEED)
     val_end = DATASET_SIZE + VAL_SIZE
-    train_set = Subset(SyntheticTokens(**corpus, name="train"), range(DATASET_SIZE))
-    val_set = Subset(SyntheticTokens(**corpus, name="val"), range(DATASET_SIZE, val_end))
-    test_set = Subset(SyntheticTokens(**corpus, name="test"), range(val_end, val_end + TEST_SIZE))
+    train_set = Subset(SyntheticTokens(**corpus), range(DATASET_SIZE))
+    val_set = Subset(SyntheticTokens(**corpus), range(DATASET_SIZE, val_end))
+    test_set = Subset(SyntheticTokens(**corpus), range(val_end, val_end + TEST_SIZE))
     sampler = DistributedSampler(train_set, shuffle=True, seed=SEED, drop_last=True)
     loader = DataLoader(train_set, batch_size=batch_size, sampler=sampler, drop_last=True)
     val_loader = DataLoader(val_set, batch_size=EVAL_BATCH, sampler=DistributedSampler(val_set, shuffle=False))

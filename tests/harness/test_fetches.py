@@ -55,7 +55,7 @@ def test_any_sampler_getitems_and_unbatched_loading_are_recorded(seen):
     list(DataLoader(Rows(), batch_size=None, sampler=[3, 1]))  # no auto-collation: one index per fetch
     list(DataLoader(Subset(Rows(), [9, 8, 7]), batch_size=3))  # indices are the loader's dataset's own
     assert seen == [{"ds": "Batched[10]", "i": [0, 1]}, {"ds": "Batched[10]", "i": [2, 3]},
-                    {"ds": "Rows[10]", "i": 3}, {"ds": "Rows[10]", "i": 1}, {"ds": "Subset[3]", "i": [0, 1, 2]}]
+                    {"ds": "Rows[10]", "i": 3}, {"ds": "Rows[10]", "i": 1}, {"ds": "Subset@9[3]", "i": [0, 1, 2]}]
 
 
 def test_an_iterable_dataset_is_counted_by_what_it_yielded_into_batches(seen):

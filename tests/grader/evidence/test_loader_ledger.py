@@ -60,7 +60,7 @@ def test_a_workload_names_the_lengths_to_adopt(tmp_path):
     # the grader's judge and the bundle's self-check both adopt through the manifest's workload
     from types import SimpleNamespace
 
-    wl = SimpleNamespace(dataset="train", dataset_size=8, evaluations={"val": SimpleNamespace(samples=4)})
+    wl = SimpleNamespace(dataset="train", dataset_size=8, evaluations={"val": SimpleNamespace(samples=4, dataset_size=None)})
     assert _run(tmp_path).adopt_for(wl) == {"train": "Rows[8]", "val": "Rows[4]"}
 
 
@@ -72,3 +72,26 @@ def test_the_bundle_self_check_adopts_as_the_grader_does():
     src = (Path(__file__).resolve().parents[3] / "grader" / "bundle" / "kit" / "selfcheck.py").read_text()
     judge_all = next(f for f in ast.walk(ast.parse(src)) if isinstance(f, ast.FunctionDef) and f.name == "judge_all")
     assert "adopt_for" in {n.attr for n in ast.walk(judge_all) if isinstance(n, ast.Attribute)}
+
+
+def test_splits_of_one_length_are_named_in_the_order_they_are_first_read(tmp_path):
+    # memory-leak's shape: train and val are Subsets of one dataset, 8 samples each, and the
+    # evaluations read val far more often than the steps read train
+    b = RunDirBuilder(tmp_path / "r")
+    for r in (0, 1):
+        b.event(r, kind="start", attempt=0, t=0.0, pid=1, rank=r)
+        b.load(r, "Subset@0[8]", [r * 4 + k for k in range(4)], step=0)
+        for step in (2, 4, 6):
+            b.load(r, "Subset@8[8]", [r * 4 + k for k in range(4)], step=step)
+    ev = load_run("main", b.build())
+    assert ev.adopt_loader_ledger({"train": 8, "val": 8}) == {"train": "Subset@0[8]", "val": "Subset@8[8]"}
+    assert ev.samples(0, "train") == [0, 1, 2, 3] and len(ev.samples(0, "val")) == 12
+
+
+def test_an_evaluation_that_reads_part_of_its_split_is_found_by_the_split_s_length(tmp_path):
+    from types import SimpleNamespace
+
+    ev = _run(tmp_path)  # val: Rows[4], of which each evaluation reads 2
+    wl = SimpleNamespace(dataset="train", dataset_size=8,
+                         evaluations={"val": SimpleNamespace(samples=2, dataset_size=4)})
+    assert ev.adopt_for(wl) == {"train": "Rows[8]", "val": "Rows[4]"}
