@@ -81,6 +81,14 @@ def _subset_start(dataset: Any) -> Any:
         return None
 
 
+def subset_start(ident: str) -> float:
+    """Where a split begins in the dataset it splits (``Subset@4096[4096]`` -> 4096), or infinity
+    for an identity that does not say (it sorts after every split)."""
+    name = ident.rpartition("[")[0]
+    start = name.rpartition("@")[2] if "@" in name else ""
+    return float(start) if start.isdigit() else float("inf")
+
+
 def size_of(ident: str) -> int | None:
     """The length an identity names (``Rows[4096]`` -> 4096); None for ``[?]`` and ``[iterable]``."""
     n = ident.rpartition("[")[2].removesuffix("]")

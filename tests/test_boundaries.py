@@ -62,6 +62,7 @@ SHARED_CONTRACT = {
     ("harness.observe", "median_step_s"): "the run summary `trainwreck run` and `record` print",
     ("harness.phases", "read_run"): "the profile `trainwreck run --profile` prints",
     ("harness.fetches", "size_of"): "the length a loader identity names, read beside `identity`, which writes it",
+    ("harness.fetches", "subset_start"): "where a split begins, as `identity` writes it (`Subset@4096[4096]`), read beside it",
 }
 
 

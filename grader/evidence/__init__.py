@@ -165,7 +165,8 @@ class RunEvidence:
         judged on what its DataLoaders fetched (``loads.jsonl``, harness.fetches): each dataset the
         manifest names, by its length in ``sizes``, is the loader dataset of that length (the one
         fetched most where several have it; where several names share a length, ``sizes``' order
-        is the order their datasets are first read: the training set, then each evaluation split),
+        is the order of their datasets' starts in the dataset they split, ``Subset@4096[4096]``,
+        else of their first reads: the training set, then each evaluation split),
         its entries put in ``ledgers`` under the manifest's name. A run with any kit ledger entry keeps the kit's ledger alone, so no read is counted
         twice. Returns ``{manifest name: loader identity}`` of what was adopted (docs/run-dir.md)."""
         if any(self.ledgers.values()) or self.adopted:
@@ -188,8 +189,10 @@ class RunEvidence:
             same = [ds for ds in fetched if fetches.size_of(ds) == n]
             if len(names) == 1 and same:  # the one fetched most: a second loader over it is not another split
                 self.adopted[names[0]] = max(same, key=lambda ds: (fetched[ds], ds))
-            else:  # splits of one length (train and val, val and test): in the order they are first read
-                for name, ds in zip(names, sorted(same, key=lambda ds: first[ds])):
+            else:  # splits of one length (train and val, val and test): in the order they sit in
+                # the dataset they split (a Subset's start), else in the order they are first read
+                # (loader workers prefetching an evaluation split can read it before the first step)
+                for name, ds in zip(names, sorted(same, key=lambda ds: (fetches.subset_start(ds), first[ds]))):
                     self.adopted[name] = ds
         by_identity = {ds: name for name, ds in self.adopted.items()}
         for r, recs in loads.items():

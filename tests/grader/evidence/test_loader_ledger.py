@@ -88,6 +88,17 @@ def test_splits_of_one_length_are_named_in_the_order_they_are_first_read(tmp_pat
     assert ev.samples(0, "train") == [0, 1, 2, 3] and len(ev.samples(0, "val")) == 12
 
 
+def test_splits_read_before_training_still_take_their_place_in_the_dataset(tmp_path):
+    # loader workers prefetch the evaluation split before the first training fetch
+    b = RunDirBuilder(tmp_path / "r")
+    for r in (0, 1):
+        b.event(r, kind="start", attempt=0, t=0.0, pid=1, rank=r)
+        b.load(r, "Subset@8[8]", [0, 1], step=0)
+        b.load(r, "Subset@0[8]", [r * 4 + k for k in range(4)], step=0)
+    ev = load_run("main", b.build())
+    assert ev.adopt_loader_ledger({"train": 8, "val": 8}) == {"train": "Subset@0[8]", "val": "Subset@8[8]"}
+
+
 def test_an_evaluation_that_reads_part_of_its_split_is_found_by_the_split_s_length(tmp_path):
     from types import SimpleNamespace
 
