@@ -245,6 +245,19 @@ class _PathCalls(ast.NodeVisitor):
         self.generic_visit(node)
 
 
+def _self_attributes(classes: list[ast.ClassDef]) -> frozenset[str]:
+    """The attributes the file's own classes assign on ``self`` (``self.seqs = ...``, ``self.x, self.y = ...``)."""
+    out = set()
+    for c in classes:
+        for n in ast.walk(c):
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AnnAssign) else []
+            for t in targets:
+                for e in t.elts if isinstance(t, ast.Tuple) else [t]:
+                    if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
+                        out.add(e.attr)
+    return frozenset(out)
+
+
 def scan_source(source: str | bytes, file: str = "<submission>") -> list[Finding]:
     """Findings in one file's source, in line order, one per (line, what)."""
     try:
@@ -252,11 +265,7 @@ def scan_source(source: str | bytes, file: str = "<submission>") -> list[Finding
     except (SyntaxError, ValueError):
         return []  # the grader refuses such a file before anything runs
     classes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
-    attrs = {t.attr for c in classes for n in ast.walk(c) if isinstance(n, (ast.Assign, ast.AnnAssign))
-             for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
-             for t in ([t] if not isinstance(t, ast.Tuple) else t.elts)
-             if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
-    s = _Scanner(file, frozenset(c.name for c in classes), frozenset(attrs))
+    s = _Scanner(file, frozenset(c.name for c in classes), _self_attributes(classes))
     s.visit(tree)
     _PathCalls(s).visit(tree)
     seen, out = set(), []

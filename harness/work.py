@@ -60,9 +60,10 @@ LEAF_CAP = 64  # parameter-holding module calls read per outermost call: the cos
 
 
 class _Local(threading.local):
-    busy = False  # inside an outermost module call on this thread
-    leaves = 0  # parameter-holding module calls read in the current outermost call
-    weights: dict[str, int] = {}  # compute dtype -> parameter elements, in the current outermost call
+    def __init__(self) -> None:  # run once in each thread that touches it
+        self.busy = False  # inside an outermost module call on this thread
+        self.leaves = 0  # parameter-holding module calls read in the current outermost call
+        self.weights: dict[str, int] = {}  # compute dtype -> parameter elements, in the current outermost call
 
 
 class WorkCounter:
@@ -117,6 +118,7 @@ class WorkCounter:
     def outermost(self, mod: torch.nn.Module, args: tuple, kwargs: dict) -> int | None:
         """Count one outermost call; its rows (0 without a batched tensor input), or None when the
         module holds no parameters (not a forward pass of a model)."""
+        self._tls.leaves, self._tls.weights = 0, {}  # this call's leaves, whatever it turns out to be
         if not self.holds_parameters(mod):
             return None
         self.forward += 1
@@ -130,7 +132,6 @@ class WorkCounter:
                 self.rows += rows
             key = _autocast_dtype(t.device.type)
         self.autocast[key] = self.autocast.get(key, 0) + 1
-        self._tls.leaves, self._tls.weights = 0, {}
         self.leaf(mod)  # the outermost module's own parameters, where it has any
         return rows
 
@@ -140,7 +141,10 @@ class WorkCounter:
         tls = self._tls
         if tls.leaves >= LEAF_CAP:
             return
-        own = [p for p in getattr(mod, "_parameters", {}).values() if p is not None and p.is_floating_point()]
+        held = getattr(mod, "_parameters", None)
+        if not held:  # most nested calls (activations, containers): nothing to read
+            return
+        own = [p for p in held.values() if p is not None and p.is_floating_point()]
         if not own:
             return
         tls.leaves += 1
