@@ -9,6 +9,12 @@ A worker started with ``spawn`` or ``forkserver`` never ran the bootstrap: torch
 ``torch.utils.data._utils.worker._worker_loop``, which is pointed here, so the worker installs the
 same wrap before its loop starts and sends over the channel as a forked one does.
 
+A script that indexes its own dataset without a DataLoader (a generator that batches by hand)
+goes through no fetcher. ``install`` therefore also makes every ``Dataset`` subclass defined from
+then on (the script's own, not torch's nor the kit's) record the reads made of it outside a fetch:
+the outermost read only (a dataset reading another it wraps is one read), marked ``"d": 1``.
+A class defined before the bootstrap ran, or one that is not a ``Dataset``, is not observed.
+
 A dataset's identity (``ds``) is its class's qualified name and its length, ``TokenDataset[4096]``
 (``[iterable]`` for an iterable one), and for a ``Subset`` where it begins in the dataset it
 splits, ``Subset@4096[4096]``: stable across runs and attempts, and the same whatever the script
@@ -21,7 +27,9 @@ items each rank fetched, how many distinct, and how many more than one rank fetc
 
 from __future__ import annotations
 
+import functools
 import os
+import threading
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -29,6 +37,7 @@ from typing import Any
 from harness import channel, rundir
 
 _writer: list = []  # (pid, writer): each process of the rank (forked workers too) has its own
+_reading = threading.local()  # .depth: reads in progress in this thread (a fetch, or a direct read)
 
 
 def _write(rec: dict[str, Any]) -> None:
@@ -112,7 +121,8 @@ def _wrap_map(fetch):
             _write({"ds": ident, "i": i})
         except Exception:  # never let the ledger break the script's data loading
             pass
-        return fetch(self, possibly_batched_index)
+        with _read_in_progress():  # the items the fetch asks of the dataset are this one read
+            return fetch(self, possibly_batched_index)
     wrapped._tw_fetch = True  # type: ignore[attr-defined]
     return wrapped
 
@@ -126,7 +136,8 @@ def _wrap_iterable(fetch):
             return collate(data)
         self.collate_fn = counting
         try:
-            return fetch(self, possibly_batched_index)
+            with _read_in_progress():  # an iterable over a map-style dataset: counted, not indexed
+                return fetch(self, possibly_batched_index)
         finally:
             self.collate_fn = collate
             if counted:
@@ -138,10 +149,71 @@ def _wrap_iterable(fetch):
     return wrapped
 
 
+class _read_in_progress:
+    def __enter__(self) -> None:
+        _reading.depth = getattr(_reading, "depth", 0) + 1
+
+    def __exit__(self, *exc: object) -> None:
+        _reading.depth -= 1
+
+
+def _wrap_direct(get, batched: bool):
+    """A script's own dataset read outside any fetch: recorded as the loader would record it."""
+    @functools.wraps(get)
+    def read(self, index):
+        if getattr(_reading, "depth", 0):  # inside a fetch, or a read of a dataset wrapping this one
+            return get(self, index)
+        try:
+            i = [_index(x) for x in index] if batched else _index(index)
+            _write({"ds": identity(self), "i": i, "d": 1})
+        except Exception:  # never let the ledger break the script's data loading
+            pass
+        with _read_in_progress():
+            return get(self, index)
+    read._tw_read = True  # type: ignore[attr-defined]
+    return read
+
+
+_SKIPPED = ("torch", "harness", "grader")  # datasets no submission wrote: torch's own, the kit's
+
+
+def _observe(cls: type) -> None:
+    from torch.utils.data import IterableDataset
+
+    if cls.__module__.partition(".")[0] in _SKIPPED or issubclass(cls, IterableDataset):
+        return
+    for name, batched in (("__getitem__", False), ("__getitems__", True)):
+        get = cls.__dict__.get(name)
+        if callable(get) and not getattr(get, "_tw_read", False):
+            setattr(cls, name, _wrap_direct(get, batched))
+
+
+def _observing_subclass_hook(dataset: Any) -> classmethod:
+    """``Dataset.__init_subclass__``: each subclass created from now on is observed, after what
+    the hook it replaces did (``Dataset``'s own where torch has one, else ``typing.Generic``'s)."""
+    own = dataset.__dict__.get("__init_subclass__")
+
+    def hook(cls: type, **kwargs: Any) -> None:
+        if own is not None:
+            own.__get__(None, cls)(**kwargs)
+        else:
+            super(dataset, cls).__init_subclass__(**kwargs)
+        try:
+            _observe(cls)
+        except Exception:  # never let the ledger break the script's own classes
+            pass
+    hook._tw_hook = True  # type: ignore[attr-defined]
+    return classmethod(hook)
+
+
 def install() -> None:
-    """Wrap torch's fetchers in this process (once), and start spawned loader workers here."""
+    """Wrap torch's fetchers in this process (once), observe the datasets defined from now on, and
+    start spawned loader workers here."""
+    from torch.utils.data import Dataset
     from torch.utils.data._utils import fetch, worker
 
+    if not getattr(Dataset.__init_subclass__, "_tw_hook", False):
+        Dataset.__init_subclass__ = _observing_subclass_hook(Dataset)  # type: ignore[method-assign, assignment]
     if not getattr(fetch._MapDatasetFetcher.fetch, "_tw_fetch", False):
         fetch._MapDatasetFetcher.fetch = _wrap_map(fetch._MapDatasetFetcher.fetch)  # type: ignore[method-assign]
         fetch._IterableDatasetFetcher.fetch = _wrap_iterable(  # type: ignore[method-assign]

@@ -18,11 +18,6 @@ THIRD_PARTY = {"torch"}
 KNOWN = {
     "exercises/periodic-stall/train.py": {"harness.workloads"},  # ArtifactStore: issue 27, item 3
     "solutions/periodic-stall/train.py": {"harness.workloads"},
-    # A valid fix that batches by indexing the dataset, with no DataLoader (the corpus's
-    # valid-generator-loop), is observable only through the kit's ledger: inlined, it failed
-    # sample_partition. Until the harness sees a script's own dataset read directly.
-    "exercises/sampler-replay/train.py": {"harness.workloads"},
-    "solutions/sampler-replay/train.py": {"harness.workloads"},
 }
 
 

@@ -7,16 +7,16 @@ Launch (one process per GPU, or per CPU core with gloo):
     torchrun --standalone --nproc-per-node 2 --max-restarts 3 train.py
 """
 
+import math
 import os
 import time
 
 import torch
 import torch.distributed as dist
+import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler
-
-from harness.workloads import MLP, SyntheticRegression
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 # -----------------------------------------------------------------------------
 # data
@@ -36,6 +36,42 @@ LOG_INTERVAL = 4
 OUT_DIR = "out"
 SEED = 1337
 # -----------------------------------------------------------------------------
+
+
+class SyntheticRegression(Dataset):
+    """``y = x @ w + noise`` with ``x`` standard normal, generated from a seed: a fixed, learnable target."""
+
+    def __init__(self, size: int, features: int = 32, targets: int = 1, seed: int = 0, noise: float = 0.01):
+        g = torch.Generator().manual_seed(seed)
+        self.x = torch.randn(size, features, generator=g)
+        w = torch.randn(features, targets, generator=g) / math.sqrt(features)
+        self.y = self.x @ w + noise * torch.randn(size, targets, generator=g)
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x[index], self.y[index]
+
+
+class MLP(nn.Module):
+    """Linear layers with GELU between them. The initial weights come from ``seed`` alone, whatever
+    else has drawn from the global RNG before."""
+
+    def __init__(self, features: int = 32, hidden: int = 128, targets: int = 1, depth: int = 3, seed: int = 0):
+        super().__init__()
+        layers: list[nn.Module] = []
+        width = features
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            for _ in range(depth - 1):
+                layers += [nn.Linear(width, hidden), nn.GELU()]
+                width = hidden
+            layers.append(nn.Linear(width, targets))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
 
 
 class ResumableDistributedSampler(DistributedSampler):
@@ -79,7 +115,7 @@ def main() -> None:
     batch_size = GLOBAL_BATCH // world_size
 
     torch.manual_seed(SEED)
-    train_set = SyntheticRegression(DATASET_SIZE, FEATURES, seed=SEED, name="train")
+    train_set = SyntheticRegression(DATASET_SIZE, FEATURES, seed=SEED)
     sampler = ResumableDistributedSampler(train_set, shuffle=True, seed=SEED, drop_last=True)
     loader = DataLoader(train_set, batch_size=batch_size, sampler=sampler, drop_last=True)
 

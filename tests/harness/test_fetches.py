@@ -35,6 +35,12 @@ class Stream(IterableDataset):
 def seen(monkeypatch):
     """install() in this process, undone afterwards; what it would write, in a list."""
     got: list[dict] = []
+    hook = Dataset.__dict__.get("__init_subclass__")
+    if hook is None:  # torch's Dataset has none of its own: Generic's runs; undone by deleting ours
+        monkeypatch.setattr(Dataset, "__init_subclass__", Dataset.__init_subclass__, raising=False)
+        monkeypatch.delattr(Dataset, "__init_subclass__")
+    else:
+        monkeypatch.setattr(Dataset, "__init_subclass__", hook)
     for cls in (fetch._MapDatasetFetcher, fetch._IterableDatasetFetcher):
         monkeypatch.setattr(cls, "fetch", cls.fetch)
     monkeypatch.setattr(worker, "_worker_loop", worker._worker_loop)
@@ -70,6 +76,65 @@ def test_the_ledger_never_breaks_loading(monkeypatch, seen):
     monkeypatch.setattr(fetches, "_write", broken)
     assert len(list(DataLoader(Rows(), batch_size=5))) == 2
     assert len(list(DataLoader(Stream(), batch_size=5))) == 2
+
+
+def test_a_dataset_the_script_indexes_itself_is_recorded_at_its_outermost_read(seen):
+    class Own(Dataset):  # defined after install(), as a script's own classes are
+        def __len__(self):
+            return 6
+
+        def __getitem__(self, i):
+            return torch.tensor([float(i)])
+
+    class Doubled(Dataset):
+        def __init__(self, base):
+            self.base = base
+
+        def __len__(self):
+            return len(self.base)
+
+        def __getitem__(self, i):
+            return self.base[i] * 2  # reads the dataset it wraps: one read, not two
+
+    own = Own()
+    items = [own[1], Doubled(own)[2], own[torch.tensor(3)]]
+    assert [x.item() for x in items] == [1.0, 4.0, 3.0]
+    assert _local(seen) == [{"ds": "Own[6]", "i": 1, "d": 1}, {"ds": "Doubled[6]", "i": 2, "d": 1},
+                            {"ds": "Own[6]", "i": 3, "d": 1}]
+    seen.clear()
+    list(DataLoader(Doubled(own), batch_size=3))  # through a loader: the fetch alone, as before
+    assert _local(seen) == [{"ds": "Doubled[6]", "i": [0, 1, 2]}, {"ds": "Doubled[6]", "i": [3, 4, 5]}]
+
+
+def _local(recs: list[dict]) -> list[dict]:
+    """The records with a test's local class named as a script's module-level class is."""
+    return [{**r, "ds": r["ds"].rpartition("<locals>.")[2]} for r in recs]
+
+
+def test_only_datasets_a_submission_defines_are_observed(seen):
+    torch_own = torch.utils.data.TensorDataset(torch.zeros(4, 1))
+    kit = type("KitRows", (Dataset,), {"__module__": "harness.workloads", "__len__": lambda self: 2,
+                                       "__getitem__": lambda self, i: i})
+    assert kit()[1] == 1 and torch_own[0][0].item() == 0.0
+    assert Rows()[2].item() == 2.0  # a class made before install(): torch's own Subset, say
+    assert seen == []
+
+    class Typed(Dataset[int]):  # a generic subclass keeps what typing.Generic's hook gives it
+        def __getitem__(self, i):
+            return i
+
+    assert Typed()[5] == 5 and _local(seen) == [{"ds": "Typed[?]", "i": 5, "d": 1}]
+
+
+def test_a_broken_ledger_never_breaks_a_direct_read(monkeypatch, seen):
+    class Own(Dataset):
+        def __getitem__(self, i):
+            return i
+
+    def broken(rec):
+        raise OSError("channel gone")
+    monkeypatch.setattr(fetches, "_write", broken)
+    assert [Own()[i] for i in range(3)] == [0, 1, 2]
 
 
 def test_spawned_workers_start_through_the_kit_entry(seen):

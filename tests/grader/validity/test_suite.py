@@ -90,9 +90,9 @@ def test_a_config_that_drifts_is_one_line_naming_file_and_field(tmp_path, old, n
 def test_a_generated_mutant_without_a_verdict_is_refused_before_grading(tmp_path):
     path = _kit(tmp_path)
     text = path.read_text()
-    start = text.index("[mutations.drop-line-107]")
+    start = text.index("[mutations.drop-line-143]")
     path.write_text(text[:start] + text[text.index("[mutations.rank0-only-hunk-2]"):])
-    with pytest.raises(ManifestError, match="mutations.drop-line-107: no expected verdict for this generated mutant"):
+    with pytest.raises(ManifestError, match="mutations.drop-line-143: no expected verdict for this generated mutant"):
         build("sampler-replay", root=tmp_path)
 
 
@@ -152,18 +152,18 @@ def test_list_shows_the_mutants_a_new_config_must_write(tmp_path, capsys, monkey
     # the errors for a missing config or verdict say `--list` shows the cases to write it for: it must
     path = _kit(tmp_path)
     text = path.read_text()
-    start = text.index("[mutations.drop-line-107]")
+    start = text.index("[mutations.drop-line-143]")
     path.write_text(text[:start] + text[text.index("[mutations.rank0-only-hunk-2]"):])
     suite = build("sampler-replay", root=tmp_path, draft=True)
-    assert [m.name for m in suite.unwritten] == ["drop-line-107"]
-    assert "drop-line-107" not in {c.name for c in suite.cases}
+    assert [m.name for m in suite.unwritten] == ["drop-line-143"]
+    assert "drop-line-143" not in {c.name for c in suite.cases}
     path.unlink()
     suite = build("sampler-replay", root=tmp_path, draft=True)
-    assert "drop-line-107" in {m.name for m in suite.unwritten} and not suite.mutations
+    assert "drop-line-143" in {m.name for m in suite.unwritten} and not suite.mutations
     monkeypatch.setenv("TRAINWRECK_HOME", str(tmp_path / "home"))
     monkeypatch.setattr("grader.exercises.kit_root", lambda: tmp_path)
     code, out, _ = _cli(capsys, "verify", "--validity", "sampler-replay", "--list")
-    assert code == 0 and "to write [mutations.drop-line-107]" in out, out
+    assert code == 0 and "to write [mutations.drop-line-143]" in out, out
 
 
 def test_the_ci_tier_is_not_held_to_the_whole_suites_minimum():
