@@ -135,10 +135,90 @@ def globals_of(tree: ast.Module) -> set[str]:
     return out
 
 
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef,
+           ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
 def undefined(tree: ast.Module) -> set[str]:
-    """Names read somewhere and bound nowhere in the module (nor builtins): a script that would
-    stop with NameError (coarse: any binding anywhere counts)."""
-    return loaded(tree) - stored(tree) - set(dir(builtins)) - {"__name__", "__file__"}
+    """Names read where no scope that can see them binds them (nor builtins): a script that would
+    stop with NameError. Scopes as Python's: a function sees its own names, its enclosing
+    functions' and the module's, never a class body's; a binding anywhere in a scope counts (a read
+    before it is an UnboundLocalError, which this does not tell apart)."""
+    declared_global = {g for n in ast.walk(tree) if isinstance(n, ast.Global) for g in n.names}
+    module = _own(tree, stored) | (declared_global & stored(tree))
+    missing: set[str] = set()
+    _unbound_in(tree, module, set(dir(builtins)) | {"__name__", "__file__"}, missing)
+    return missing
+
+
+def _unbound_in(scope: ast.AST, visible: set[str], builtin: set[str], missing: set[str]) -> None:
+    here = visible | _own(scope, stored)
+    missing |= {n for n in _own(scope, loaded) if n not in here and n not in builtin}
+    inner = visible if isinstance(scope, ast.ClassDef) else here  # a class body is no enclosing scope
+    for child in _children(scope):
+        _unbound_in(child, inner, builtin, missing)
+
+
+def _children(scope: ast.AST) -> list[ast.AST]:
+    """The scopes directly inside ``scope``."""
+    out: list[ast.AST] = []
+    todo = list(ast.iter_child_nodes(scope))
+    while todo:
+        n = todo.pop()
+        if isinstance(n, _SCOPES):
+            out.append(n)
+        else:
+            todo.extend(ast.iter_child_nodes(n))
+    return out
+
+
+def _own(scope: ast.AST, names_in) -> set[str]:
+    """``names_in`` (``stored`` or ``loaded``) of the nodes that belong to ``scope`` itself: a
+    nested def's or class's name, decorators, defaults and bases belong to the scope around it;
+    its arguments and body to its own."""
+    out: set[str] = set()
+    if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and names_in is stored:
+        out |= {a.arg for a in ast.walk(scope.args) if isinstance(a, ast.arg)}
+    heads: list[ast.AST] = []
+    if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        body: list[ast.AST] = list(scope.body)
+    elif isinstance(scope, ast.Lambda):
+        body = [scope.body]
+    elif isinstance(scope, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+        body = list(scope.generators) + ([scope.key, scope.value] if isinstance(scope, ast.DictComp)
+                                          else [scope.elt])
+    else:
+        body = list(ast.iter_child_nodes(scope))
+    todo = body
+    while todo:
+        n = todo.pop()
+        if isinstance(n, _SCOPES):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                out |= {n.name} if names_in is stored else set()
+                heads += [*n.decorator_list, *getattr(n, "bases", []), *getattr(n, "keywords", [])]
+                if not isinstance(n, ast.ClassDef):
+                    heads += [*n.args.defaults, *[d for d in n.args.kw_defaults if d is not None],
+                              *[a.annotation for a in ast.walk(n.args) if isinstance(a, ast.arg) and a.annotation],
+                              *([n.returns] if n.returns else [])]
+            elif isinstance(n, ast.Lambda):
+                heads += [*n.args.defaults, *[d for d in n.args.kw_defaults if d is not None]]
+            continue
+        out |= names_in(n) if isinstance(n, ast.Name) else _leaf(n, names_in)
+        todo.extend(ast.iter_child_nodes(n))
+    for h in heads:
+        out |= _own(ast.Expression(body=h), names_in) if isinstance(h, ast.expr) else _own(h, names_in)
+    return out
+
+
+def _leaf(n: ast.AST, names_in) -> set[str]:
+    """What ``n`` binds itself (not through its children): a def's or import's names, a handler's."""
+    if names_in is not stored:
+        return set()
+    if isinstance(n, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in n.names}
+    if isinstance(n, ast.ExceptHandler) and n.name:
+        return {n.name}
+    return set()
 
 
 def fresh(tree: ast.AST, base: str) -> str:
