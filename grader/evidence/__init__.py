@@ -23,6 +23,16 @@ from harness.observe import RankObservation, observe_rank
 LEDGER_CAP = 1_000_000  # items per rank: the largest grading reads about 105k; as many dicts as 64 MB of per-item lines held
 
 
+def _training_reads(loads: dict[int, list[dict[str, Any]]]) -> dict[int, list[dict[str, Any]]]:
+    """Each rank's loader records as ledger entries, without the direct reads (``"d"``) of a dataset
+    some DataLoader fetched: a script that feeds training through a loader and also indexes the
+    dataset itself (``train_set[0]`` for the input's shape, a sample to log) did not train on those
+    items. A dataset no loader fetched is judged on its direct reads (a generator batching by hand)."""
+    fetched = {x.get("ds") for recs in loads.values() for x in recs if not x.get("d")}
+    return {r: ledger_entries([x for x in recs if not (x.get("d") and x.get("ds") in fetched)])
+            for r, recs in loads.items()}
+
+
 def ledger_entries(records: list[dict[str, Any]], cap: int = LEDGER_CAP) -> list[dict[str, Any]]:
     """One entry per item read: a batch record (``"i"`` a list, one fetch) becomes one entry per
     index, in order, each with the batch's other fields. What the rank sent is only signed, not
@@ -171,8 +181,8 @@ class RunEvidence:
         twice. Returns ``{manifest name: loader identity}`` of what was adopted (docs/run-dir.md)."""
         if any(self.ledgers.values()) or self.adopted:
             return self.adopted
-        loads = {r: ledger_entries(rundir.read_records(rundir.rank_dir(self.run_dir, r) / rundir.LOADS,
-                                                       self.key).valid) for r in self.ranks}
+        loads = _training_reads({r: rundir.read_records(rundir.rank_dir(self.run_dir, r) / rundir.LOADS,
+                                                        self.key).valid for r in self.ranks})
         fetched: Counter[str] = Counter(x["ds"] for recs in loads.values() for x in recs
                                         if isinstance(x.get("ds"), str))
         first: dict[str, tuple[int, int, int]] = {}  # identity -> (attempt, step, position) of its first fetch

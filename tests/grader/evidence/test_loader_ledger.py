@@ -106,3 +106,20 @@ def test_an_evaluation_that_reads_part_of_its_split_is_found_by_the_split_s_leng
     wl = SimpleNamespace(dataset="train", dataset_size=8,
                          evaluations={"val": SimpleNamespace(samples=2, dataset_size=4)})
     assert ev.adopt_for(wl) == {"train": "Rows[8]", "val": "Rows[4]"}
+
+
+def test_direct_reads_count_only_for_a_dataset_no_loader_fetched(tmp_path):
+    # a script that indexes its dataset itself (harness.fetches marks those reads "d"): where a
+    # DataLoader feeds training, a probe for the input's shape is no sample trained on; where no
+    # loader reads the dataset, the direct reads are the training reads (a generator batching by hand)
+    b = RunDirBuilder(tmp_path / "r")
+    for r in (0, 1):
+        b.event(r, kind="start", attempt=0, t=0.0, pid=1, rank=r)
+        b.load(r, "Rows[8]", 0, step=0, d=1)  # train_set[0], on every rank, before the loop
+        b.load(r, "Rows[8]", [r * 4 + k for k in range(4)], step=0)
+        for k in range(2):
+            b.load(r, "Rows[4]", r * 2 + k, step=1, d=1)  # val, read by hand only
+    ev = load_run("main", b.build())
+    assert ev.adopt_loader_ledger(SIZES) == {"train": "Rows[8]", "val": "Rows[4]"}
+    assert ev.samples(0, "train") == [0, 1, 2, 3] and ev.samples(1, "train") == [4, 5, 6, 7]
+    assert ev.samples(0, "val") == [0, 1] and ev.samples(1, "val") == [2, 3]
