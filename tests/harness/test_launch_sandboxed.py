@@ -262,8 +262,9 @@ def test_reads_in_loader_workers_reach_the_ledger_whatever_started_them(tmp_path
 @pytest.mark.slow
 def test_a_script_s_own_datasets_are_accounted_from_outside(tmp_path):
     """A script importing nothing of the kit: what its DataLoaders fetched, in the main process, in
-    forked workers and in a spawned one (where the bootstrap never ran), reaches the signed loader
-    ledger, and the run's summary partitions the training set between the ranks."""
+    forked workers and in a spawned one (where the bootstrap never ran), and what it indexed by hand,
+    reaches the signed loader ledger, and the run's summary partitions the training set between the
+    ranks."""
     res = run(tmp_path, "own_data.py", "--steps", "8", "--eval-context", "spawn")
     assert res.status == "ok", res.failure
     for rank in (0, 1):
@@ -272,6 +273,9 @@ def test_a_script_s_own_datasets_are_accounted_from_outside(tmp_path):
         val = [x for x in led.valid if x["ds"] == "Rows[16]"]
         assert sorted(i for x in val for i in x["i"]) == list(range(16)) and all("s" not in x for x in val)
         assert {x.get("w") for x in led.valid if x["ds"] == "Rows[64]"} == {0, 1}  # both forked workers
+        held = [x for x in led.valid if x["ds"] == "Scaled[24]"]  # indexed by hand: the wrapper, once per read
+        assert [x["i"] for x in held] == list(range(rank, 24, 2)) and all(x["d"] == 1 and x["s"] == 8 for x in held)
+        assert not any(x["ds"] == "Rows[24]" for x in led.valid)  # the dataset it wraps is not read twice
     by_ds = {d["dataset"]: d for d in res.samples}
     assert by_ds["Rows[64]"]["ranks"] == {0: {"items": 32, "distinct": 32}, 1: {"items": 32, "distinct": 32}}
     assert (by_ds["Rows[64]"]["distinct"], by_ds["Rows[64]"]["shared"]) == (64, 0)
