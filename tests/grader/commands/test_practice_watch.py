@@ -136,6 +136,7 @@ CTRL_C_DEADLINE_S = 10.0  # a stand-in grading is cancelled at once and the watc
 # second; 10 s leaves room for a loaded 2-core machine, and is far below the per-test timeout
 
 
+@pytest.mark.slow  # starts a process of its own (watch_child.py: the CLI's imports, about 1 s)
 def test_ctrl_c_cancels_the_grading_and_exits_cleanly(ws, tmp_path):
     """A real SIGINT to a watch in a process of its own (stand-in gradings, watch_child.py), sent
     while grading 1 runs. The child gets Python's own SIGINT handler even when the tests run from a
@@ -205,6 +206,7 @@ def test_a_grading_that_cannot_run_is_one_line_and_watching_goes_on(invoke, ws, 
     assert "host RSS grows 2.1 MB per step (grading 2)" in p.out
 
 
+@pytest.mark.slow  # starts a process of its own (the real grading child, python -m grader.cli)
 def test_the_grading_process_reports_a_one_line_error_and_leaves_no_folder(ws, tmp_path, monkeypatch):
     """The real child process, failing before it launches anything."""
     from grader.practice.grading import GradingProcess

@@ -32,7 +32,9 @@ from grader.validity.source import (
 )
 from tests.grader.validity.scripts import SLUGS, foreign_imports, tree
 
-APPLIES = [(s, r.name) for s in SLUGS for r in REWRITES if r.applies(tree(s))]
+# at collection, in every pytest-xdist worker: one parse per script, not one per rewrite (applies()
+# only reads its tree; that apply() leaves its tree as it was is asserted below)
+APPLIES = [(s, r.name) for s, t in ((s, tree(s)) for s in SLUGS) for r in REWRITES if r.applies(t)]
 
 
 def _attr_names(t: ast.AST) -> set[str]:
