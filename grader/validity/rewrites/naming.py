@@ -52,8 +52,9 @@ class _Renamer(ast.NodeTransformer):
 
 def _fresh_map(tree: ast.Module, wanted: dict[str, str]) -> dict[str, str]:
     out: dict[str, str] = {}
+    taken = names(tree)  # the tree is not changed here: one walk, not one per wanted name
     for old, new in wanted.items():
-        out[old] = fresh(tree, new) if new in names(tree) or new in out.values() else new
+        out[old] = fresh(tree, new) if new in taken or new in out.values() else new
     return out
 
 
