@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+import types
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -184,7 +185,8 @@ def _observe(cls: type) -> None:
         return
     for name, batched in (("__getitem__", False), ("__getitems__", True)):
         get = cls.__dict__.get(name)
-        if callable(get) and not getattr(get, "_tw_read", False):
+        # a plain method only: a staticmethod or a callable object would not be handed ``self``
+        if isinstance(get, types.FunctionType) and not getattr(get, "_tw_read", False):
             setattr(cls, name, _wrap_direct(get, batched))
 
 

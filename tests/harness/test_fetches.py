@@ -125,6 +125,11 @@ def test_only_datasets_a_submission_defines_are_observed(seen):
 
     assert Typed()[5] == 5 and _local(seen) == [{"ds": "Typed[?]", "i": 5, "d": 1}]
 
+    class Static(Dataset):  # a staticmethod is handed no self: left as it is
+        __getitem__ = staticmethod(lambda i: i * 2)
+
+    assert Static()[3] == 6 and len(seen) == 1
+
 
 def test_a_broken_ledger_never_breaks_a_direct_read(monkeypatch, seen):
     class Own(Dataset):
