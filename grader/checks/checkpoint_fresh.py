@@ -105,9 +105,6 @@ class _Holdings:
             return None, "its contents were not fingerprinted"
         if op.fp_changed:
             return None, "its tensors changed while it was being written (a live state, not a snapshot)"
-        if self.min_bytes is not None and (op.bytes or 0) < self.min_bytes:
-            return None, f"it is {(op.bytes or 0) / 2**20:.2f} MiB, less than {spec.min_size_of_reference:.0%} " \
-                         "of the reference run's checkpoint"
         if op.rank not in self._fps:
             self._fps[op.rank] = step_fingerprints(self.ev, op.rank)
         # the model is wherever, under one prefix of the saved tensors' paths, as many tensors as
@@ -117,6 +114,11 @@ class _Holdings:
             return None, f"it holds no set of {self.n_params} tensors, as the model trains, under one key"
         if "optimizer" in spec.require and self.optimizer_tensors and not _optimizer_terms(op.fp):
             return None, "it holds no optimizer state"
+        # after what it lacks, which names the property: a smaller state than the reference's
+        # (a model-only save is a third of AdamW's) is the fallback reason
+        if self.min_bytes is not None and (op.bytes or 0) < self.min_bytes:
+            return None, f"it is {(op.bytes or 0) / 2**20:.2f} MiB, less than {spec.min_size_of_reference:.0%} " \
+                         "of the reference run's checkpoint"
         for s, fp in sorted(self._fps[op.rank].get(op.attempt, []), reverse=True):
             if s <= op.step and any(abs(fp - total) <= FP_RTOL * max(1.0, abs(fp)) for total in totals):
                 return self._consistent(op, s)
