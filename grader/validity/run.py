@@ -64,9 +64,11 @@ def commit() -> str:
 
 
 def run_result(outcomes: list[CaseOutcome], started: datetime, command: str) -> dict[str, Any]:
+    from grader.validity.freshness import fingerprint
+
     per: dict[str, Any] = {}
     for o in outcomes:
-        per.setdefault(o.case.slug, {"cases": []})["cases"].append(o.to_json())
+        per.setdefault(o.case.slug, {"scripts": fingerprint(o.case.slug), "cases": []})["cases"].append(o.to_json())
     return {"format_version": FORMAT_VERSION, "commit": commit(), "started": started.isoformat(timespec="seconds"),
             "ended": datetime.now(UTC).isoformat(timespec="seconds"), "command": command,
             "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),

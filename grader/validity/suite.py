@@ -85,7 +85,8 @@ class Suite:
         return out
 
 
-def _script(slug: str, root: Path | None, kind: str) -> str:
+def script_source(slug: str, root: Path | None, kind: str) -> str:
+    """The exercise's entry script as shipped (``broken``) or as fixed (``solution``)."""
     from grader.exercises import find_script
 
     ex = find_script(slug, root)
@@ -112,7 +113,7 @@ def build(slug: str, root: Path | None = None, ci_only: bool = False, draft: boo
     path = config_path(slug, root)
     cfg = ValidityConfig(format_version=CONFIG_VERSION) if draft and not path.exists() else load_config(slug, root)
     checks = {c.name for c in find_script(slug, root).manifest.checks}
-    ref = _script(slug, root, "solution")
+    ref = script_source(slug, root, "solution")
     tree = parse(ref)
     suite = Suite(slug, cfg)
     for name in cfg.skip_rewrites:
@@ -125,7 +126,7 @@ def build(slug: str, root: Path | None = None, ci_only: bool = False, draft: boo
     for n in cfg.ci_rewrites:
         if n != ALL and n not in REWRITES_BY_NAME:
             raise ManifestError(f"{path}: ci_rewrites: {n!r} is no rewrite; name one of the library's or {ALL!r}")
-    mutants, skipped = generate(Fix(_script(slug, root, "broken"), ref))
+    mutants, skipped = generate(Fix(script_source(slug, root, "broken"), ref))
     names = {m.name for m in mutants}
     for name in cfg.mutations:
         if name not in names:

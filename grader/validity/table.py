@@ -8,6 +8,10 @@ the grader said. The page is only ever rendered from the JSON, and a test pins t
     python -m grader.validity.table note SLUG CASE "TEXT"     # what a disagreement was found to be
     python -m grader.validity.table check                     # fails when the page differs from the JSON
     python -m grader.validity.table render                    # the page from the JSON
+    python -m grader.validity.table refresh                   # assess every exercise against today's code
+
+Where an exercise's scripts changed after its grading, or its suite now generates cases never graded, the
+page says so beside its figures (freshness.py); cases left out of the suite since are listed, not counted.
 """
 
 from __future__ import annotations
@@ -65,6 +69,20 @@ def _expected(c: dict[str, Any]) -> str:
     return _cell(f"fail `{'`, `'.join(c['must_fail'])}` saying \"{c['says']}\" ({c['detail']}): {c['why']}", 600)
 
 
+def current(e: dict[str, Any]) -> bool:
+    """Whether the stored results of one exercise are about its code as it is (cases left out since
+    are only not counted)."""
+    f = e.get("freshness") or {}
+    return not (f.get("fix_changed") or f.get("ungraded"))
+
+
+def held(e: dict[str, Any]) -> list[dict[str, Any]]:
+    """The stored cases the suite still generates and grades (freshness.py): those left out since are
+    listed apart, not counted."""
+    gone = {g["case"] for g in (e.get("freshness") or {}).get("gone", [])}
+    return [c for c in e["cases"] if c["case"] not in gone]
+
+
 def counts(cases: list[dict[str, Any]]) -> dict[str, int]:
     rw = [c for c in cases if c["kind"] == "rewrite"]
     mu = [c for c in cases if c["kind"] == "mutation"]
@@ -82,8 +100,8 @@ def render(data: dict[str, Any]) -> str:
         cp = corpus.get("exercises", {}).get(slug)
         cp_text = f"{cp['agree']} of {cp['of']}" if cp else "-"
         if slug in ex:
-            n = counts(ex[slug]["cases"])
-            graded = f"{ex[slug]['ended'][:10]}, {ex[slug]['commit']}"
+            n = counts(held(ex[slug]))
+            graded = f"{ex[slug]['ended'][:10]}, {ex[slug]['commit']}" + ("" if current(ex[slug]) else ", **not current**")
             out.append(f"| {slug} | {_pct(n['accepted'], n['rewrites'])} | {_pct(n['rejected'], n['mutations'])} | "
                        f"{cp_text} | {graded} |")
         else:
@@ -92,7 +110,7 @@ def render(data: dict[str, Any]) -> str:
         out += ["", f"Corpus agreement: {corpus['source']}"]
     for slug in sorted(ex):
         e = ex[slug]
-        n = counts(e["cases"])
+        n = counts(held(e))
         out += ["", f"## {slug}", "",
                 f"Graded {e['ended'][:16].replace('T', ' ')} at commit {e['commit']} (`{e['command']}`, "
                 f"{e['machine']['cpus']} CPUs, {e['wall_s'] / 60:.0f} min of gradings): "
@@ -102,12 +120,13 @@ def render(data: dict[str, Any]) -> str:
             out += [f"Graded again {a['ended'][:16].replace('T', ' ')} at commit {a['commit']} (`{a['command']}`, "
                     f"{a['wall_s'] / 60:.0f} min): {', '.join(f'`{c}`' for c in a['cases'])}; their rows below "
                     "are from that grading.", ""]
+        out += _freshness(slug, e)
         out += ["| case | kind | expected, and why | got | agrees | what the grader said |",
                 "| --- | --- | --- | --- | --- | --- |"]
-        for c in e["cases"]:
+        for c in held(e):
             out.append(f"| `{c['case']}` | {c['kind']} | {_expected(c)} | {c['got']} | "
                        f"{'yes' if c['agrees'] else '**no**'} | {_reason(c)} |")
-        wrong = [c for c in e["cases"] if not c["agrees"]]
+        wrong = [c for c in held(e) if not c["agrees"]]
         if wrong:
             out += ["", "Disagreements:", ""]
             notes = data.get("notes", {}).get(slug, {})
@@ -115,6 +134,23 @@ def render(data: dict[str, Any]) -> str:
                     + (f" Found: {_cell(notes[c['case']], 1200)}" if c["case"] in notes else " Not looked into yet.")
                     for c in wrong]
     return "\n".join(out) + "\n"
+
+
+def _freshness(slug: str, e: dict[str, Any]) -> list[str]:
+    """What the page must say where the stored rows are not about the code as it is."""
+    f = e.get("freshness") or {}
+    out = []
+    if f.get("fix_changed"):
+        out += [f"**Not current: {slug}'s broken script or reference fix changed after this grading** (or the grading did "
+                "not record which it graded): the rows below are about the earlier code, and a case of the same name may "
+                f"now be another program. Grade again: `make validity VALIDITY={slug}`.", ""]
+    if f.get("ungraded"):
+        out += [f"Generated now and never graded ({len(f['ungraded'])}): "
+                + ", ".join(f"`{c}`" for c in f["ungraded"]) + ".", ""]
+    if f.get("gone"):
+        out += [f"Graded then, left out of the suite since ({len(f['gone'])}, not counted above): "
+                + "; ".join(f"`{g['case']}` ({_cell(g['why'], 160)})" for g in f["gone"]) + ".", ""]
+    return out
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -141,6 +177,10 @@ def merge(stored: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
         cases = [{k: c[k] for k in CASE_FIELDS} for c in e["cases"]]
         wall = round(sum(c["wall_s"] or 0 for c in e["cases"]), 1)
         have = out["exercises"].get(slug)
+        if partial and have is not None and have.get("scripts") != e.get("scripts"):
+            raise SystemExit(f"{slug}: the cases graded again ran on other scripts than the stored grading (the "
+                             f"broken script or the fix changed since); grade the whole suite: "
+                             f"trainwreck verify --validity {slug}")
         if partial and have is not None:
             fresh = {c["case"]: c for c in cases}
             kept = [fresh.pop(c["case"], c) for c in have["cases"]]
@@ -150,7 +190,8 @@ def merge(stored: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
                                       "again": [*have.get("again", []), again]}
             continue
         out["exercises"][slug] = {"commit": run["commit"], "ended": run["ended"], "command": run["command"],
-                                  "machine": run["machine"], "wall_s": wall, "cases": cases}
+                                  "machine": run["machine"], "wall_s": wall, "scripts": e.get("scripts"),
+                                  "cases": cases}
     return out
 
 
@@ -187,9 +228,13 @@ def main(argv: list[str]) -> int:
         data.setdefault("notes", {}).setdefault(argv[1], {})[argv[2]] = argv[3]
     elif cmd == "corpus" and len(argv) >= 2:
         data = merge_corpus(data, json.loads(Path(argv[1]).read_text()), " ".join(argv[2:]) or argv[1])
-    elif cmd != "render":
+    elif cmd not in ("render", "refresh"):
         print(__doc__, file=sys.stderr)
         return 2
+    if cmd in ("merge", "refresh"):
+        from grader.validity.freshness import refresh
+
+        data = refresh(data)
     js.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
     md.write_text(render(data))
     return 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from grader.validity import table
 from tests.grader.validity.scripts import REPO
 
@@ -87,3 +89,27 @@ def test_corpus_agreement_comes_from_a_variants_run():
     variants = {"agreement": {"memory-leak": {"variants": 17, "agree": 16, "false_pass": 1, "false_fail": 0}}}
     data = table.merge_corpus({"format_version": 1, "exercises": {}, "corpus": {}}, variants, "one pass, 2026-12-01")
     assert data["corpus"] == {"source": "one pass, 2026-12-01", "exercises": {"memory-leak": {"agree": 16, "of": 17}}}
+
+
+def test_cases_graded_again_on_changed_scripts_are_refused_with_the_command_to_run():
+    stored = table.merge({"format_version": 1, "exercises": {}, "corpus": {}},
+                         {**RUN, "exercises": {"memory-leak": {**RUN["exercises"]["memory-leak"],
+                                                               "scripts": {"broken": "a", "solution": "b"}}}})
+    again = {**RUN, "command": "trainwreck verify --validity memory-leak --case micro-batches",
+             "exercises": {"memory-leak": {"scripts": {"broken": "a", "solution": "c"},
+                                           "cases": [_case("micro-batches", "rewrite", "pass", "pass", True)]}}}
+    with pytest.raises(SystemExit, match="grade the whole suite: trainwreck verify --validity memory-leak"):
+        table.merge(stored, again)
+
+
+def test_a_stale_grading_is_marked_and_cases_left_out_since_are_listed_not_counted():
+    data = table.merge({"format_version": 1, "exercises": {}, "corpus": {}}, RUN)
+    data["exercises"]["memory-leak"]["freshness"] = {
+        "fix_changed": True, "ungraded": ["drop-line-7"],
+        "gone": [{"case": "revert-hunk-1", "why": "a crash, not a partial fix"}]}
+    page = table.render(data)
+    assert "| memory-leak | 1 of 2 | - | - | 2026-11-26, abc1234, **not current** |" in page
+    assert "**Not current: memory-leak's broken script or reference fix changed" in page
+    assert "never graded (1): `drop-line-7`" in page
+    assert "left out of the suite since (1, not counted above): `revert-hunk-1` (a crash, not a partial fix)" in page
+    assert "| `revert-hunk-1` |" not in page
