@@ -12,6 +12,7 @@ import ast
 import builtins
 import textwrap
 from collections.abc import Iterator
+from functools import lru_cache
 from typing import Any, TypeGuard
 
 Body = list[ast.stmt]
@@ -382,10 +383,12 @@ def strip_docstrings(tree: ast.Module) -> ast.Module:
     return tree
 
 
+@lru_cache(maxsize=1024)
 def program_key(source: str) -> str:
     """What a script does, as text: its tree without docstrings and without the annotations of its
     functions (two scripts that differ only in comments, docstrings, type hints or layout have the
-    same key)."""
+    same key). Cached by source: generation asks it of every mutant three times (is it the reference,
+    the broken script, a program made already), and the key of a text never changes."""
     tree = strip_docstrings(parse(source))
     for n in ast.walk(tree):
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
