@@ -106,8 +106,11 @@ def render(data: dict[str, Any]) -> str:
                        f"{cp_text} | {graded} |")
         else:
             out.append(f"| {slug} | not graded yet | not graded yet | {cp_text} | - |")
+    own = {slug: row["source"] for slug, row in corpus.get("exercises", {}).items() if row.get("source")}
     if corpus.get("source"):
-        out += ["", f"Corpus agreement: {corpus['source']}"]
+        out += ["", f"Corpus agreement{', except where named below' if own else ''}: {corpus['source']}"]
+    for slug, src in sorted(own.items()):
+        out += ["", f"Corpus agreement of {slug}: {src}"]
     for slug in sorted(ex):
         e = ex[slug]
         n = counts(held(e))
@@ -196,12 +199,13 @@ def merge(stored: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
 
 
 def merge_corpus(stored: dict[str, Any], variants: dict[str, Any], source: str) -> dict[str, Any]:
-    """``variants`` is ``trainwreck verify --variants --json`` output: its per-exercise agreement."""
+    """``variants`` is ``trainwreck verify --variants --json`` output: its per-exercise agreement, each
+    with ``source`` (when and how it was graded); the other exercises keep theirs."""
     out = dict(stored)
     cp = dict(stored.get("corpus", {}).get("exercises", {}))
     for slug, row in variants["agreement"].items():
-        cp[slug] = {"agree": row["agree"], "of": row["variants"]}
-    out["corpus"] = {"source": source, "exercises": cp}
+        cp[slug] = {"agree": row["agree"], "of": row["variants"], "source": source}
+    out["corpus"] = {**stored.get("corpus", {}), "exercises": cp}
     return out
 
 

@@ -88,7 +88,14 @@ def test_the_page_counts_agreements_and_shows_each_disagreement_with_the_graders
 def test_corpus_agreement_comes_from_a_variants_run():
     variants = {"agreement": {"memory-leak": {"variants": 17, "agree": 16, "false_pass": 1, "false_fail": 0}}}
     data = table.merge_corpus({"format_version": 1, "exercises": {}, "corpus": {}}, variants, "one pass, 2026-12-01")
-    assert data["corpus"] == {"source": "one pass, 2026-12-01", "exercises": {"memory-leak": {"agree": 16, "of": 17}}}
+    assert data["corpus"] == {"exercises": {"memory-leak": {"agree": 16, "of": 17, "source": "one pass, 2026-12-01"}}}
+    older = {"format_version": 1, "exercises": {}, "corpus": {"source": "the README, 2026-11-25",
+                                                               "exercises": {"lr-scaling": {"agree": 14, "of": 14}}}}
+    data = table.merge_corpus(older, variants, "one pass, 2026-12-01")
+    assert data["corpus"]["exercises"]["lr-scaling"] == {"agree": 14, "of": 14}  # keeps the older figure
+    page = table.render(data)
+    assert "Corpus agreement, except where named below: the README, 2026-11-25" in page
+    assert "Corpus agreement of memory-leak: one pass, 2026-12-01" in page
 
 
 def test_cases_graded_again_on_changed_scripts_are_refused_with_the_command_to_run():
