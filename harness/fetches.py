@@ -236,19 +236,31 @@ def _worker_loop(*args, **kwargs):
 
 
 # -- the parent: the run's sample accounting ---------------------------------------------------------
+def without_probes(loads: dict[int, list[dict[str, Any]]]) -> dict[int, list[dict[str, Any]]]:
+    """Each rank's records without the direct reads (``"d"``) of a dataset some DataLoader fetched: a
+    script that trains through a loader and also indexes the dataset itself (``train_set[0]`` for the
+    input's shape, a sample to log) did not train on those items. A dataset no loader fetched keeps its
+    direct reads (a generator batching by hand). The one reading of the schema's ``"d"``: the run's
+    summary and the grader's ledger both use it."""
+    fetched = {x.get("ds") for recs in loads.values() for x in recs if not x.get("d")}
+    return {r: [x for x in recs if not (x.get("d") and x.get("ds") in fetched)] for r, recs in loads.items()}
+
+
 def summarise(run_dir: Path, key: str | None) -> list[dict[str, Any]]:
-    """Per dataset, over each rank's latest attempt: ``{"dataset", "kind", "ranks": {rank: {"items",
+    """Per dataset, over each rank's latest attempt, what was trained on (``without_probes``): ``{"dataset", "kind", "ranks": {rank: {"items",
     "distinct"}}, "distinct", "shared"}`` (``shared``: indices fetched by more than one rank; map-style
     only: an iterable dataset's ``distinct`` and ``shared`` are None, not observable)."""
     per: dict[str, dict[int, list[Any]]] = defaultdict(dict)
     counts: dict[str, dict[int, int]] = defaultdict(dict)
+    latest: dict[int, list[dict[str, Any]]] = {}
     for r in rundir.ranks_in(run_dir):
         recs = rundir.read_records(rundir.rank_dir(run_dir, r) / rundir.LOADS, key).valid
-        if not recs:
-            continue
-        last = max(int(x.get("a", 0)) for x in recs)
+        if recs:
+            last = max(int(x.get("a", 0)) for x in recs)
+            latest[r] = [x for x in recs if int(x.get("a", 0)) == last]
+    for r, recs in without_probes(latest).items():
         for x in recs:
-            if int(x.get("a", 0)) != last or not isinstance(x.get("ds"), str):
+            if not isinstance(x.get("ds"), str):
                 continue
             if "i" in x:
                 got = x["i"] if isinstance(x["i"], list) else [x["i"]]

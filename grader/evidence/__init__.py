@@ -24,13 +24,9 @@ LEDGER_CAP = 1_000_000  # items per rank: the largest grading reads about 105k; 
 
 
 def _training_reads(loads: dict[int, list[dict[str, Any]]]) -> dict[int, list[dict[str, Any]]]:
-    """Each rank's loader records as ledger entries, without the direct reads (``"d"``) of a dataset
-    some DataLoader fetched: a script that feeds training through a loader and also indexes the
-    dataset itself (``train_set[0]`` for the input's shape, a sample to log) did not train on those
-    items. A dataset no loader fetched is judged on its direct reads (a generator batching by hand)."""
-    fetched = {x.get("ds") for recs in loads.values() for x in recs if not x.get("d")}
-    return {r: ledger_entries([x for x in recs if not (x.get("d") and x.get("ds") in fetched)])
-            for r, recs in loads.items()}
+    """Each rank's loader records as ledger entries, without the direct reads of a dataset some
+    DataLoader fetched (``harness.fetches.without_probes``: the run's summary reads them the same way)."""
+    return {r: ledger_entries(recs) for r, recs in fetches.without_probes(loads).items()}
 
 
 def ledger_entries(records: list[dict[str, Any]], cap: int = LEDGER_CAP) -> list[dict[str, Any]]:

@@ -176,3 +176,17 @@ def test_summary_counts_each_dataset_per_rank_over_the_latest_attempt(tmp_path):
     assert sample_lines([]) == [] and fetches.summarise(tmp_path / "none", key) == []
     assert "not observed" in " ".join(sample_lines([], stepped=True))
     assert [fetches.size_of(x) for x in ("Rows[8]", "Rows[?]", "Stream[iterable]", "Odd")] == [8, None, None, None]
+
+
+def test_summary_leaves_out_a_probe_of_a_dataset_a_loader_fetched_as_the_grader_does(tmp_path):
+    # train_set[0] read by hand for the model's widths beside a DataLoader is no sample trained on; a
+    # dataset only ever read by hand (a generator batching it) is what the rank trained on
+    key = "k" * 32
+    _ledger(tmp_path, 0, key, [{"a": 0, "ds": "Rows[8]", "i": 0, "d": 1}, {"a": 0, "ds": "Rows[8]", "i": [0, 2]},
+                               {"a": 0, "ds": "Held[4]", "i": 1, "d": 1}, {"a": 0, "ds": "Held[4]", "i": 3, "d": 1}])
+    _ledger(tmp_path, 1, key, [{"a": 0, "ds": "Rows[8]", "i": 0, "d": 1}, {"a": 0, "ds": "Rows[8]", "i": [1, 3]}])
+    got = {x["dataset"]: x for x in fetches.summarise(tmp_path, key)}
+    assert got["Rows[8]"]["shared"] == 0 and got["Rows[8]"]["ranks"][0]["items"] == 2
+    assert got["Held[4]"]["ranks"] == {0: {"items": 2, "distinct": 2}}
+    loads = {r: rundir.read_records(rundir.rank_dir(tmp_path, r) / rundir.LOADS, key).valid for r in (0, 1)}
+    assert [len(v) for v in fetches.without_probes(loads).values()] == [3, 1]
