@@ -142,7 +142,7 @@ def test_a_cat_of_the_reference_during_a_session_reaches_show_and_the_debrief_an
         invoke, tmp_path, own_home):
     from grader.exercises import find
     from grader.submission import assemble, files_digest
-    from grader.validity.suite import _script
+    from grader.validity.suite import script_source
 
     r = invoke("session", "new", "--candidate", "Ann", "--exercise", "memory-leak", "--dir", str(tmp_path / "S"),
                "--json")
@@ -158,7 +158,7 @@ def test_a_cat_of_the_reference_during_a_session_reaches_show_and_the_debrief_an
     ex = find("memory-leak")
     assemble(ex, "solution", None, tmp_path / "assembled")  # `grade --solution`, the reference run
     files_digest(ex.solution_dir, ex.manifest.editable)  # the reference cache's key
-    _script("memory-leak", None, "solution")  # the validity suite
+    script_source("memory-leak", None, "solution")  # the validity suite
     ws = tmp_path / "S" / "memory-leak"
     for cmd in (["list"], ["show", "memory-leak"]):  # the manifests are read too
         assert invoke(*cmd, cwd=ws).code == 0
