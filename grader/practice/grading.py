@@ -31,13 +31,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from grader.attempts import Attempt, throughput_score
 from grader.practice import state as st
-from grader.practice.state import Attempt, PracticeError, PracticeState
+from grader.practice.state import PracticeError, PracticeState
 from grader.practice.workspace import Workspace, editable
 from harness.defaults import user_home
 from harness.executor import Executor, Sandboxed
 
-KEEP_GRADINGS = 5  # finished gradings kept on disk per workspace (their summaries stay in the state file)
+KEEP_GRADINGS = 5  # finished gradings kept on disk per workspace (their attempts stay in its attempt store)
 ABANDONED_S = 6 * 3600  # an unfinished grading folder this old belongs to a grading that was killed
 Progress = Callable[[str], None]
 ASSEMBLED = ("submission", "throughput-broken", "throughput-reference")  # grader.grade's copies to run
@@ -82,28 +83,29 @@ def _named(res: Any, role: str) -> str | None:
     return real
 
 
-def _attempt(res: Any, n: int) -> Attempt:
-    tp = res.throughput or {}
-    counted = tp.get("normalized") is not None and tp.get("counted", True)
-    return Attempt(n=n, at=st.now(), passed=res.passed, score=round(res.score, 4), sha256=res.submission.sha256,
-                   failed=list(res.failed_required), throughput=round(tp["normalized"], 4) if counted else None,
+def _attempt(res: Any, started_at: str) -> Attempt:
+    """The grading as an attempt (numbered when recorded)."""
+    return Attempt(n=0, started_at=started_at, finished_at=st.now(), status="done", passed=res.passed,
+                   score=round(res.score, 4), submission_sha256=res.submission.sha256,
+                   failed=tuple(res.failed_required), throughput=throughput_score(res.throughput),
                    environment_failure=res.environment_failure)
 
 
-def record(ws: Workspace, res: Any, hints_total: int) -> dict[str, Any]:
-    """Add the grading to the state file as the next attempt; returns its view."""
+def record(ws: Workspace, res: Any, hints_total: int, started_at: str | None = None) -> dict[str, Any]:
+    """Record the grading (started at ``started_at``, default now) as the workspace's next attempt;
+    returns its view."""
     shown: dict[str, Any] = {}
+    graded = _attempt(res, started_at or st.now())
 
     def add(s: PracticeState) -> None:
-        a = _attempt(res, len(s.attempts) + 1)
-        s.attempts.append(a)
+        a = st.add_attempt(ws.root, s, graded)
         was_passed = s.passed
         if res.passed and not s.passed:
-            s.passed_at = a.at
+            s.passed_at = a.finished_at
         ws.state = s
         shown.update(view(res, ws, a, hints_total))
         shown["passed_before"] = was_passed and not res.passed
-        s.last_view = {"sha256": a.sha256, "view": dict(shown)}
+        s.last_view = {"sha256": a.submission_sha256, "view": dict(shown)}
 
     ws.state = st.update(ws.root, add)
     return shown
@@ -140,12 +142,13 @@ def grade_workspace(ws: Workspace, *, repeats: int | None = None, device: str = 
         raise PracticeError(f"{ws.root} lacks {', '.join(missing)}; restore it with `trainwreck reset` (your other "
                             "files are backed up first) and grade again")
     out_dir = Path(out or new_out_dir(ws)).resolve()
+    started_at = st.now()
     finished = False
     try:
         with sigterm_interrupts():
             res = grade(ex, GradeOptions(kind="workspace", workspace=ws.root, out_dir=out_dir, repeats=repeats,
                                          device=device, executor=executor), progress=progress)
-            shown = record(ws, res, len(ex.manifest.hints))
+            shown = record(ws, res, len(ex.manifest.hints), started_at)
         finished = True
     finally:
         # the assembled copies hold the manifest (hints, thresholds) and, for throughput, the

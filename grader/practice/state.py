@@ -2,36 +2,49 @@
 
 ``.trainwreck-practice.json`` at a workspace's root is both the marker (a folder holding it, or any
 folder below one, is a practice workspace) and the progress kept between sessions: hints seen,
-attempts, when it first passed, whether the solution was shown or revealed, resets. It is
+when it first passed, whether the solution was shown or revealed, resets, the last view. It is
 versioned (``format_version``), written atomically (write, fsync, rename) under a lock on the
 workspace folder, so a `trainwreck hint` typed while `watch` records a grading loses neither.
+
+The workspace's attempts are in the one attempt store (``grader.attempts``), in
+``.trainwreck-attempts.db`` beside the state file, made when the first is recorded. A state file
+of format 1 held them in its ``attempts`` list: the first load moves them into the store, under
+the workspace's lock, checks that the store holds each of them as it was, then rewrites the state
+file as format 2 (atomically); a process killed in between leaves format 1 and the next load does
+it again (recording an attempt twice adds nothing). Where the move cannot be made (a read-only
+workspace, an attempt file that does not read), the workspace goes on in format 1 as before.
 
 The registry (``$TRAINWRECK_HOME/practice/workspaces.json``) only lists where workspaces are, so
 ``trainwreck list`` can find them; the progress stays in each workspace. A workspace deleted by
 hand is dropped from the registry the next time it is read; a workspace moved by hand registers
 itself again the next time a practice command runs inside it.
 
-This module imports json and pathlib only: ``trainwreck run`` finds its workspace through it
-without loading pydantic or the grading modules."""
+This module imports json, pathlib and sqlite3 (through ``grader.attempts``) only: ``trainwreck
+run`` finds its workspace through it without loading pydantic or the grading modules."""
 
 from __future__ import annotations
 
 import fcntl
 import json
 import os
+import sqlite3
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from grader import attempts as store
+from grader.attempts import Attempt, AttemptStoreError
 from grader.errors import UserError
 from harness.defaults import user_home
 from harness.rundir import atomic_write_json
 
 STATE = ".trainwreck-practice.json"
-FORMAT_VERSION = 1
+ATTEMPTS = store.FILE  # the workspace's attempts (grader.attempts), beside STATE
+FORMAT_VERSION = 2  # 1: the attempts in the state file itself
 REGISTRY_VERSION = 1
 BACKUPS = ".trainwreck-backups"  # reset's copies of the candidate's files, inside the workspace
 
@@ -50,25 +63,6 @@ def not_in_workspace(start: Path) -> PracticeError:
 
 
 @dataclass
-class Attempt:
-    """One finished grading of the workspace, as practice remembers it."""
-
-    n: int
-    at: str
-    passed: bool
-    score: float
-    sha256: str  # of the editable files that were graded
-    failed: list[str] = field(default_factory=list)  # required checks that failed
-    throughput: float | None = None  # the normalised throughput score, where counted (0 broken, 1 reference)
-    environment_failure: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        return {"n": self.n, "at": self.at, "passed": self.passed, "score": self.score, "sha256": self.sha256,
-                "failed": list(self.failed), "throughput": self.throughput,
-                "environment_failure": self.environment_failure}
-
-
-@dataclass
 class PracticeState:
     exercise: str
     kind: str  # script | scenario
@@ -80,6 +74,7 @@ class PracticeState:
     solution_revealed: bool = False  # shown with --reveal before the exercise had passed
     resets: list[dict[str, str]] = field(default_factory=list)  # {"at", "backup"}
     last_view: dict[str, Any] | None = None  # what the last grading showed (watch re-shows it when unchanged)
+    format_version: int = FORMAT_VERSION  # 1: a state file that could not be moved to format 2 (its attempts in it)
 
     @property
     def passed(self) -> bool:
@@ -95,11 +90,13 @@ class PracticeState:
         return sum(not a.environment_failure for a in self.attempts)
 
     def to_json(self) -> dict[str, Any]:
-        return {"format_version": FORMAT_VERSION, "exercise": self.exercise, "kind": self.kind,
-                "created_at": self.created_at, "hints_seen": self.hints_seen,
-                "attempts": [a.to_json() for a in self.attempts], "passed_at": self.passed_at,
-                "solution_shown_at": self.solution_shown_at, "solution_revealed": self.solution_revealed,
-                "resets": list(self.resets), "last_view": self.last_view}
+        d = {"format_version": self.format_version, "exercise": self.exercise, "kind": self.kind,
+             "created_at": self.created_at, "hints_seen": self.hints_seen, "passed_at": self.passed_at,
+             "solution_shown_at": self.solution_shown_at, "solution_revealed": self.solution_revealed,
+             "resets": list(self.resets), "last_view": self.last_view}
+        if self.format_version == 1:
+            d["attempts"] = [_v1_attempt(a) for a in self.attempts]
+        return d
 
     def progress(self) -> dict[str, Any]:
         """What `trainwreck list` shows of it."""
@@ -124,7 +121,7 @@ def _state_from(data: Any, path: Path) -> PracticeState:
     if isinstance(version, int) and version > FORMAT_VERSION:
         raise PracticeError(f"{path}: format_version {version} was written by a newer trainwreck (this one reads "
                             f"{FORMAT_VERSION}); upgrade trainwreck to go on with this workspace")
-    if version != FORMAT_VERSION:
+    if version not in (1, FORMAT_VERSION):
         raise bad(f"format_version {version!r}, expected {FORMAT_VERSION}")
     try:
         exercise, kind = data["exercise"], data.get("kind", "script")
@@ -133,21 +130,14 @@ def _state_from(data: Any, path: Path) -> PracticeState:
         hints = data.get("hints_seen", 0)
         if not isinstance(hints, int) or isinstance(hints, bool) or hints < 0:
             raise bad(f"hints_seen {hints!r} is not a count")
-        attempts = []
-        for a in data.get("attempts", []):
-            tp = a.get("throughput")
-            attempts.append(Attempt(n=int(a["n"]), at=str(a["at"]), passed=bool(a["passed"]),
-                                    score=float(a["score"]), sha256=str(a.get("sha256", "")),
-                                    failed=[str(x) for x in a.get("failed", [])],
-                                    throughput=None if tp is None else float(tp),
-                                    environment_failure=bool(a.get("environment_failure", False))))
+        attempts = [_from_v1(a, exercise) for a in data.get("attempts", [])] if version == 1 else []
         resets = [{"at": str(r["at"]), "backup": str(r["backup"])} for r in data.get("resets", [])]
         view = data.get("last_view")
         return PracticeState(exercise=exercise, kind=kind, created_at=str(data.get("created_at", "")),
                              hints_seen=hints, attempts=attempts, passed_at=data.get("passed_at"),
                              solution_shown_at=data.get("solution_shown_at"),
                              solution_revealed=bool(data.get("solution_revealed", False)), resets=resets,
-                             last_view=view if isinstance(view, dict) else None)
+                             last_view=view if isinstance(view, dict) else None, format_version=version)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise bad(f"{type(e).__name__}: {e}") from None
 
@@ -162,7 +152,7 @@ def find_root(start: Path) -> Path | None:
     return None
 
 
-def load(root: Path) -> PracticeState:
+def _read(root: Path) -> PracticeState:
     path = Path(root) / STATE
     try:
         text = path.read_text(encoding="utf-8")
@@ -177,19 +167,40 @@ def load(root: Path) -> PracticeState:
     return _state_from(data, path)
 
 
+def load(root: Path) -> PracticeState:
+    """The workspace's state with its attempts (a format-1 state file is moved to format 2 first,
+    where it can be)."""
+    state = _read(root)
+    if state.format_version == 1:
+        return _migrate(Path(root))
+    state.attempts = _stored(Path(root))
+    return state
+
+
 def save(root: Path, state: PracticeState) -> None:
+    """Write the state file (the attempts are recorded with ``add_attempt``, not here; a format-1
+    state that could not be moved keeps them in the file, as before)."""
     atomic_write_json(Path(root) / STATE, state.to_json())
+
+
+_held: set[tuple[str, int]] = set()  # (folder, thread) holding its lock: taken twice, a lock would wait on itself
 
 
 @contextmanager
 def locked(folder: Path) -> Iterator[None]:
     """An exclusive lock on ``folder`` (flock on the folder itself: no lock file to leave behind);
-    released when the process ends, however it ends."""
+    released when the process ends, however it ends. Taken again inside itself, it is already held."""
+    key = (os.path.realpath(folder), threading.get_ident())
+    if key in _held:
+        yield
+        return
     fd = os.open(folder, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        _held.add(key)
         yield
     finally:
+        _held.discard(key)
         os.close(fd)  # closing the descriptor releases the lock
 
 
@@ -200,6 +211,96 @@ def update(root: Path, change: Callable[[PracticeState], Any]) -> PracticeState:
         change(state)
         save(root, state)
     return state
+
+
+def add_attempt(root: Path, state: PracticeState, attempt: Attempt) -> Attempt:
+    """Record a finished grading as the workspace's next attempt (numbered by the store) and add it
+    to ``state``; call it inside ``update``, which holds the lock."""
+    if state.format_version == 1:  # a workspace that could not be moved to the store: as before
+        recorded = replace(attempt, n=len(state.attempts) + 1)
+    else:
+        try:
+            with _writable(Path(root)) as s:
+                recorded = s.record(replace(attempt, slug=state.exercise, session_id=""))
+        except sqlite3.Error as e:
+            raise PracticeError(f"{Path(root) / ATTEMPTS}: the attempt could not be recorded ({e})") from None
+    state.attempts.append(recorded)
+    return recorded
+
+
+# ---- the attempts: in the store (format 2), in the state file (format 1) ----
+def _open(root: Path, create: bool = True) -> store.AttemptStore | None:
+    try:
+        return store.open_file(root / ATTEMPTS, create=create)
+    except AttemptStoreError as e:
+        raise PracticeError(f"{e}; move {ATTEMPTS} away to go on without the attempts it holds") from None
+
+
+def _writable(root: Path) -> store.AttemptStore:
+    s = _open(root)
+    assert s is not None, "made when absent"
+    return s
+
+
+def _stored(root: Path) -> list[Attempt]:
+    s = _open(root, create=False)
+    if s is None:
+        return []  # none recorded yet
+    try:
+        return s.attempts()
+    except sqlite3.Error as e:
+        raise PracticeError(f"{root / ATTEMPTS}: the attempts cannot be read ({e}); move it away to go on "
+                            "without them") from None
+    finally:
+        s.close()
+
+
+def _from_v1(a: dict[str, Any], exercise: str) -> Attempt:
+    """An attempt as format 1 kept it (``at``: when it was recorded, its start unknown)."""
+    tp = a.get("throughput")
+    at = str(a["at"])
+    return Attempt(n=int(a["n"]), started_at=at, finished_at=at, status="done", slug=exercise,
+                   passed=bool(a["passed"]), score=float(a["score"]), submission_sha256=str(a.get("sha256", "")),
+                   failed=tuple(str(x) for x in a.get("failed", [])), throughput=None if tp is None else float(tp),
+                   environment_failure=bool(a.get("environment_failure", False)))
+
+
+def _v1_attempt(a: Attempt) -> dict[str, Any]:
+    return {"n": a.n, "at": a.finished_at or a.started_at, "passed": a.passed, "score": a.score,
+            "sha256": a.submission_sha256, "failed": list(a.failed), "throughput": a.throughput,
+            "environment_failure": a.environment_failure}
+
+
+def _kept(a: Attempt) -> tuple[Any, ...]:
+    """What format 1 held of an attempt: the store must give back each of these unchanged."""
+    return (a.n, a.finished_at, a.passed, a.score, a.submission_sha256, a.failed, a.throughput,
+            a.environment_failure)
+
+
+def _migrate(root: Path) -> PracticeState:
+    """Move a format-1 state file's attempts into the store, then rewrite it as format 2, under the
+    lock; where that cannot be done, the format-1 state as it is."""
+    with locked(root):
+        state = _read(root)  # again, under the lock: another process may have moved it meanwhile
+        if state.format_version != 1:
+            state.attempts = _stored(root)
+            return state
+        try:
+            if not state.attempts and not (root / ATTEMPTS).exists():
+                moved = replace(state, format_version=FORMAT_VERSION)  # nothing to move: no attempt file yet
+                save(root, moved)
+                return moved
+            with _writable(root) as s:
+                for a in state.attempts:
+                    s.record(a, n=a.n)  # one already there (a move cut short) is left as it was
+                held = s.attempts()
+            if sorted(map(_kept, held)) != sorted(map(_kept, state.attempts)):
+                return state  # the store holds other attempts than the file: keep format 1, lose nothing
+            moved = replace(state, attempts=held, format_version=FORMAT_VERSION)
+            save(root, moved)
+        except (OSError, sqlite3.Error, PracticeError):
+            return state  # a read-only workspace, an attempt file that does not read: format 1, as before
+        return moved
 
 
 # ---- the registry: where practice workspaces are ----

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from grader.attempts import Attempt
 from grader.sessions import series as series_mod
 from grader.sessions.errors import SessionError
-from grader.sessions.models import Attempt
 from grader.sessions.store import Store
 from grader.sessions.workspace import Marker, editable, find_marker, read_diagnosis, snapshot
 from harness.executor import Executor, Sandboxed

@@ -7,9 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from grader.attempts import Attempt
 from grader.rubric import Rubric, Selected, exercise_followups, find_rubric, for_exercise
 from grader.sessions import tripwire
-from grader.sessions.models import Attempt, Reveal, ScoreSheet, Session, SessionExercise, SheetDeletion, parse_time
+from grader.sessions.models import Reveal, ScoreSheet, Session, SessionExercise, SheetDeletion, parse_time
 from grader.sessions.similarity import Match
 from grader.sessions.store import Store
 from grader.sessions.timeline import Window, marks

@@ -144,7 +144,15 @@ CREATE TABLE reveals (
 CREATE INDEX reveals_by_session ON reveals (session_id, id);
 """
 
-MIGRATIONS: list[str] = [V1, V2, V3, V4, V5]
+# 6: one attempt model for interviews and practice (grader.attempts): the verdict's parts practice
+# shows, filled from the result from now on (an attempt finished before has none: [], NULL, 0).
+V6 = """
+ALTER TABLE attempts ADD COLUMN failed TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE attempts ADD COLUMN throughput REAL;
+ALTER TABLE attempts ADD COLUMN environment_failure INTEGER NOT NULL DEFAULT 0;
+"""
+
+MIGRATIONS: list[str] = [V1, V2, V3, V4, V5, V6]
 LATEST = len(MIGRATIONS)
 
 

@@ -7,7 +7,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-ATTEMPT_STATUSES = ("running", "done", "error", "interrupted")
+from grader.attempts import Attempt as Attempt  # the one attempt model (practice's too), importable from here
+
 REVISION_OUTCOMES = ("improved", "partly", "unchanged", "worse", "not-attempted")
 RECOMMENDATIONS = ("strong-no", "no", "yes", "strong-yes")  # an interviewer's hire recommendation
 ANSWER_POLICIES = ("record", "refuse")  # what an open session does when its answers are asked for
@@ -59,39 +60,6 @@ class SessionExercise:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-@dataclass(frozen=True)
-class Attempt:
-    id: int
-    session_id: str
-    slug: str
-    n: int  # 1, 2, ... per exercise
-    started_at: str
-    status: str  # running | done | error | interrupted
-    submission_sha256: str
-    files: dict[str, str]  # the editable files as graded
-    diff: str  # unified diff against the previous attempt's files (against the exercise as shipped for the first)
-    finished_at: str | None = None
-    result_path: str | None = None
-    result: dict[str, Any] | None = None  # result.json as written by the grading
-    passed: bool | None = None
-    score: float | None = None
-    error: str | None = None
-    pid: int | None = None
-    host: str | None = None
-    series: dict[str, Any] | None = None  # per-step figures for the report's plots (see series.py)
-
-    def checks(self) -> dict[str, bool]:
-        return {c["name"]: bool(c["passed"]) for c in (self.result or {}).get("checks", [])}
-
-    def to_json(self, full: bool = False) -> dict[str, Any]:
-        d = asdict(self)
-        if not full:
-            for k in ("files", "result", "series"):
-                d.pop(k)
-            d["checks"] = self.checks()
-        return d
 
 
 @dataclass(frozen=True)

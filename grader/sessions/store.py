@@ -11,9 +11,7 @@ The default database is ``$TRAINWRECK_HOME/sessions.db``, else ``~/.trainwreck/s
 from __future__ import annotations
 
 import json
-import os
 import secrets
-import socket
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +20,7 @@ from typing import Any
 
 import psutil
 
+from grader.attempts import AttemptStore, transaction
 from grader.sessions import migrations
 from grader.sessions.errors import SessionError
 from grader.sessions.models import (
@@ -91,13 +90,8 @@ class Store:
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
         """One write transaction, taken with the write lock up front (no upgrade deadlocks)."""
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield self.conn
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        self.conn.execute("COMMIT")
+        with transaction(self.conn) as c:
+            yield c
 
     # ---- sessions ----------------------------------------------------------------------------
     @staticmethod
@@ -159,58 +153,36 @@ class Store:
             c.execute("UPDATE session_exercises SET diagnosis = ?, diagnosis_at = ? WHERE session_id = ? AND slug = ?",
                       (text, now(), sid, slug))
 
-    # ---- attempts ----------------------------------------------------------------------------
+    # ---- attempts (grader.attempts: the one attempt store, here on the session database) --------
+    @property
+    def _attempts(self) -> AttemptStore:
+        return AttemptStore(self.conn)
+
     def begin_attempt(self, sid: str, slug: str, sha256: str, files: dict[str, str], shipped: dict[str, str],
                       diff_fn, at: str | None = None) -> Attempt:
         """Number the attempt and diff it against the previous one inside one transaction, so two
         gradings started at once get distinct numbers and each diffs against the one before it.
         ``at``: when the attempt was made (default now; an imported submission's own time)."""
-        with self.write() as c:
-            prev = c.execute("SELECT n, files FROM attempts WHERE session_id = ? AND slug = ? ORDER BY n DESC LIMIT 1",
-                             (sid, slug)).fetchone()
-            n = (prev["n"] + 1) if prev else 1
-            before = json.loads(prev["files"]) if prev else shipped
-            diff = diff_fn(before, files, f"attempt {n - 1}" if prev else "as shipped", f"attempt {n}")
-            cur = c.execute("INSERT INTO attempts (session_id, slug, n, started_at, status, submission_sha256, files, "
-                            "diff, pid, host) VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)",
-                            (sid, slug, n, at or now(), sha256, dumps(files), diff, os.getpid(), socket.gethostname()))
-            aid = cur.lastrowid
-        assert aid is not None, "sqlite sets lastrowid after an INSERT"
-        return self.attempt(aid)
+        return self._attempts.begin(sid, slug, sha256, files, shipped, diff_fn, at)
 
     def finish_attempt(self, aid: int, status: str, result: dict[str, Any] | None = None,
                        result_path: str | None = None, series: dict[str, Any] | None = None,
                        error: str | None = None) -> Attempt:
-        with self.write() as c:
-            c.execute("UPDATE attempts SET status = ?, finished_at = ?, result = ?, result_path = ?, passed = ?, "
-                      "score = ?, series = ?, error = ? WHERE id = ?",
-                      (status, now(), dumps(result) if result is not None else None, result_path,
-                       None if result is None else int(bool(result.get("passed"))),
-                       None if result is None else result.get("score"),
-                       dumps(series) if series is not None else None, error, aid))
-        return self.attempt(aid)
+        return self._attempts.finish(aid, status, result, result_path, series, error)
 
     def reap(self, sid: str | None = None) -> list[int]:
         """Mark as interrupted the gradings still 'running' whose process (on this host) is gone:
         a grading killed mid-way (SIGKILL, a closed terminal) leaves exactly such a row."""
-        host = socket.gethostname()
-        q = "SELECT id, pid, host FROM attempts WHERE status = 'running'" + (" AND session_id = ?" if sid else "")
-        dead = [r["id"] for r in self.conn.execute(q, (sid,) if sid else ())
-                if r["host"] == host and not _alive(r["pid"])]
-        if dead:
-            with self.write() as c:
-                for aid in dead:
-                    c.execute("UPDATE attempts SET status = 'interrupted', finished_at = ?, "
-                              "error = 'the grading process ended before it recorded a result' "
-                              "WHERE id = ? AND status = 'running'", (now(), aid))
-        return dead
+        return self._attempts.reap(_alive, sid)
 
     def attempt(self, aid: int) -> Attempt:
-        return _attempt(self.conn.execute("SELECT * FROM attempts WHERE id = ?", (aid,)).fetchone())
+        try:
+            return self._attempts.get(aid)
+        except LookupError:
+            raise SessionError("no such attempt") from None
 
     def attempts(self, sid: str, slug: str | None = None) -> list[Attempt]:
-        q = "SELECT * FROM attempts WHERE session_id = ?" + (" AND slug = ?" if slug else "") + " ORDER BY slug, n"
-        return [_attempt(r) for r in self.conn.execute(q, (sid, slug) if slug else (sid,))]
+        return self._attempts.attempts(sid, slug)
 
     # ---- scores and the feedback round -------------------------------------------------------
     # ---- quantitative questions ----------------------------------------------------------------
@@ -308,11 +280,7 @@ class Store:
 
     def latest_done(self, slug: str, other_than: str) -> list[tuple[Session, Attempt]]:
         """Each other session's latest graded attempt of ``slug`` (what similarity compares with)."""
-        rows = self.conn.execute(
-            "SELECT a.* FROM attempts a WHERE a.slug = ? AND a.session_id != ? AND a.status = 'done' AND a.n = "
-            "(SELECT MAX(b.n) FROM attempts b WHERE b.session_id = a.session_id AND b.slug = a.slug "
-            "AND b.status = 'done') ORDER BY a.session_id", (slug, other_than)).fetchall()
-        return [(self.session(r["session_id"]), _attempt(r)) for r in rows]
+        return [(self.session(a.session_id), a) for a in self._attempts.latest_done(slug, other_than)]
 
     # ---- the feedback round's revision window --------------------------------------------------
     def give_feedback(self, sid: str, slug: str, at: str | None = None) -> str:
@@ -339,13 +307,3 @@ def _alive(pid: int | None) -> bool:
     except psutil.Error:
         return False
 
-
-def _attempt(r: sqlite3.Row | None) -> Attempt:
-    if r is None:
-        raise SessionError("no such attempt")
-    d = dict(r)
-    d["files"] = json.loads(d["files"])
-    for k in ("result", "series"):
-        d[k] = json.loads(d[k]) if d.get(k) else None
-    d["passed"] = None if d["passed"] is None else bool(d["passed"])
-    return Attempt(**d)

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from grader.sessions.models import Attempt, Session, parse_time
+from grader.attempts import Attempt
+from grader.sessions.models import Session, parse_time
 
 REVISION = "revision window"
 AFTER_REVISION = "after the revision window"

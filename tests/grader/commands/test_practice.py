@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from grader.exercises import find, kit_root
-from grader.practice.state import STATE
+from grader.practice.state import ATTEMPTS, STATE, load
 from grader.sessions.lifecycle import new_session
 from grader.sessions.store import Store
 from grader.sessions.workspace import MARKER
@@ -59,6 +59,11 @@ def state(ws: Path) -> dict:
     return json.loads((ws / STATE).read_text())
 
 
+def attempts(ws: Path) -> list:
+    """The workspace's attempts, as its attempt store holds them."""
+    return load(ws).attempts
+
+
 # ---- start ----
 def test_start_makes_the_interview_workspace_with_a_state_file_and_prints_the_brief(invoke, tmp_path, ws, home):
     ex = find(SLUG)
@@ -71,7 +76,8 @@ def test_start_makes_the_interview_workspace_with_a_state_file_and_prints_the_br
     on_disk = "\n".join((ws / f).read_text(errors="replace") for f in files(ws))
     assert not any(h[:50] in on_disk for h in ex.manifest.hints)
     s = state(ws)
-    assert s["format_version"] == 1 and s["exercise"] == SLUG and s["hints_seen"] == 0 and s["attempts"] == []
+    assert s["format_version"] == 2 and s["exercise"] == SLUG and s["hints_seen"] == 0 and "attempts" not in s
+    assert not (ws / ATTEMPTS).exists() and attempts(ws) == []  # the attempt store is made by the first grading
     registry = json.loads((home / "practice" / "workspaces.json").read_text())
     assert [w["path"] for w in registry["workspaces"]] == [str(ws)]
     # printed: the brief, then where and what next
@@ -120,7 +126,7 @@ def test_outside_a_workspace_each_command_says_how_to_start_one(invoke, tmp_path
     ('["a list"]', "not a JSON object"),
     ('{"format_version": 1, "exercise": "memory-leak", "hints_seen": -1}', "hints_seen -1 is not a count"),
     ('{"format_version": 1, "exercise": "memory-leak", "attempts": [{"n": 1}]}', "KeyError"),
-    ('{"exercise": "memory-leak"}', "format_version None, expected 1"),
+    ('{"exercise": "memory-leak"}', "format_version None, expected 2"),
     ('{"format_version": 9, "exercise": "memory-leak"}', "written by a newer trainwreck"),
 ])
 @pytest.mark.parametrize("args", PRACTICE_COMMANDS)
@@ -171,8 +177,9 @@ def test_a_failed_grade_is_recorded_and_shows_what_was_observed_never_the_eviden
     assert "`trainwreck hint` (0 of 3 hints seen)" in p.out
     assert str(HIDDEN) not in p.out + p.err and "solutions" not in p.out
     assert calls[0].workspace == ws and str(calls[0].out_dir).startswith(str(home / "practice" / "grades"))
-    (a,) = state(ws)["attempts"]
-    assert (a["n"], a["passed"], a["failed"]) == (1, False, ["memory_flat"])
+    (a,) = attempts(ws)
+    assert (a.n, a.passed, a.failed, a.status, a.slug) == (1, False, ("memory_flat",), "done", SLUG)
+    assert a.started_at <= a.finished_at
     p = invoke("grade", "--json", cwd=ws)
     view = json.loads(p.out)
     assert view["attempt"] == 2 and view["checks"][1] == {
@@ -185,7 +192,7 @@ def test_grade_with_the_workspaces_slug_or_workspace_flag_is_recorded_too(invoke
     fake_grading(monkeypatch, {"completes": True})
     assert invoke("grade", SLUG, cwd=ws).code == 0
     assert invoke("grade", "--workspace", str(ws), cwd=tmp_path).code == 0
-    assert [a["n"] for a in state(ws)["attempts"]] == [1, 2]
+    assert [a.n for a in attempts(ws)] == [1, 2]
 
 
 # ---- solution: refused until passed, or revealed on confirmation ----

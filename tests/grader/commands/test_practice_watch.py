@@ -283,6 +283,7 @@ def test_real_gradings_cancelled_by_a_save_and_by_ctrl_c_leave_nothing_running(t
     assert not third.exists()
     assert_nothing_left(grades)
     # the cancelled gradings and the refused one were never recorded, and left no folder behind
-    state = json.loads((ws / ".trainwreck-practice.json").read_text())
-    assert state["attempts"] == []
+    from grader.practice.state import load
+
+    assert load(ws).attempts == [] and not (ws / ".trainwreck-attempts.db").exists()
     assert not [d for d in grades.glob("*/*") if d.is_dir()]

@@ -1,5 +1,6 @@
 """Schema migrations: from an empty database and from version 1, and refusing a newer one."""
 
+import json
 import sqlite3
 
 import pytest
@@ -15,11 +16,11 @@ def tables(conn):
 
 def test_empty_database_migrates_to_latest(tmp_path):
     store = Store.open(tmp_path / "s.db")
-    assert migrations.version(store.conn) == migrations.LATEST == 5
+    assert migrations.version(store.conn) == migrations.LATEST == 6
     assert {"sessions", "session_exercises", "attempts", "scores", "feedback"} <= tables(store.conn)
     assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     Store.open(tmp_path / "s.db").close()  # opening again applies nothing
-    assert migrations.version(store.conn) == 5
+    assert migrations.version(store.conn) == 6
 
 
 def test_version_1_database_keeps_its_rows(tmp_path):
@@ -33,9 +34,10 @@ def test_version_1_database_keeps_its_rows(tmp_path):
     conn.execute("INSERT INTO scores VALUES ('s1', 'ex', 'ada', 'fix', 3, 'n', 't3')")
     conn.close()
     store = Store.open(tmp_path / "s.db")
-    assert migrations.version(store.conn) == 5
+    assert migrations.version(store.conn) == 6
     a1, a2 = store.attempts("s1")
     assert (a1.status, a1.pid, a1.series) == ("done", None, None)
+    assert (a1.failed, a1.throughput, a1.environment_failure) == ((), None, False)  # version 6: none recorded
     assert a2.status == "interrupted"  # a version-1 grading left running cannot be alive any more
     assert store.sheets("s1", "ex")[0].level_map() == {"fix": 3}
     assert store.session("s1").answers == "record" and store.reveals("s1") == []  # version 5: reveals recorded
@@ -45,11 +47,33 @@ def test_version_1_database_keeps_its_rows(tmp_path):
     assert store.exercises("s1")[0].diagnosis is None
 
 
+def test_version_5_database_keeps_every_attempt_as_it_was(tmp_path):
+    """The last schema before practice shared the attempt model: each column of an attempt reads back."""
+    conn = connect(tmp_path / "s.db")
+    assert migrations.migrate(conn, target=5) == 5
+    conn.execute("INSERT INTO sessions (id, candidate, created_at, started_at, minutes, root) "
+                 "VALUES ('s1', 'Ada', 't0', 't0', 60, '/r')")
+    conn.execute("INSERT INTO session_exercises (session_id, slug, position, workspace, rubric_id, graded, title) "
+                 "VALUES ('s1', 'ex', 0, '/r/ex', 'distributed-debugging', 1, 'Ex')")
+    result = {"passed": True, "score": 0.9, "checks": [{"name": "completes", "passed": True}]}
+    conn.execute("INSERT INTO attempts (session_id, slug, n, started_at, finished_at, status, submission_sha256, "
+                 "files, diff, result_path, result, passed, score, error, pid, host, series) VALUES "
+                 "('s1', 'ex', 1, 't1', 't2', 'done', 'h1', ?, '+x', '/g/result.json', ?, 1, 0.9, NULL, 42, 'box', ?)",
+                 ('{"train.py": "x"}', json.dumps(result), '{"loss": [1.0]}'))
+    before = dict(conn.execute("SELECT * FROM attempts").fetchone())
+    conn.close()
+    store = Store.open(tmp_path / "s.db")
+    (a,) = store.attempts("s1")
+    assert a.to_json(full=True) == {**before, "files": {"train.py": "x"}, "result": result, "passed": True,
+                                    "series": {"loss": [1.0]}}
+    assert (a.failed, a.throughput, a.environment_failure) == ((), None, False)
+
+
 def test_newer_schema_is_refused(tmp_path):
     conn = sqlite3.connect(tmp_path / "s.db")
     conn.execute("PRAGMA user_version = 99")
     conn.close()
-    with pytest.raises(SessionError, match="schema version 99 is newer than this trainwreck's 5; upgrade"):
+    with pytest.raises(SessionError, match="schema version 99 is newer than this trainwreck's 6; upgrade"):
         Store.open(tmp_path / "s.db")
 
 
