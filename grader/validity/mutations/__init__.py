@@ -4,6 +4,8 @@ one mutant per distinct program (a drop that equals a revert is listed as the sa
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from grader.validity.mutations.base import Fix, Mutant, Mutation, Skipped, canonical
 from grader.validity.mutations.diff import CatchTimeout, DropLine, FirstEpochOnly, Rank0Only, RevertHunk
 from grader.validity.mutations.targeted import (
@@ -21,6 +23,16 @@ BY_NAME = {m.name: m for m in MUTATIONS}
 
 
 def generate(fix: Fix) -> tuple[list[Mutant], list[Skipped]]:
+    """Every family's mutants of ``fix``, one per distinct program (a mutant another family made
+    already is skipped, naming it). Cached by the two scripts' text: listing, building and the tests
+    ask again for the same fix, and generating costs seconds."""
+    made, skipped = _generate(fix.broken, fix.ref)
+    return list(made), list(skipped)
+
+
+@lru_cache(maxsize=32)
+def _generate(broken: str, ref: str) -> tuple[tuple[Mutant, ...], tuple[Skipped, ...]]:
+    fix = Fix(broken, ref)
     out: list[Mutant] = []
     skipped: list[Skipped] = []
     seen: dict[str, str] = {}
@@ -35,7 +47,7 @@ def generate(fix: Fix) -> tuple[list[Mutant], list[Skipped]]:
                 continue
             seen[key] = m.name
             out.append(m)
-    return out, skipped
+    return tuple(out), tuple(skipped)
 
 
 __all__ = ["BY_NAME", "MUTATIONS", "Fix", "Mutant", "Mutation", "Skipped", "generate"]
