@@ -79,7 +79,7 @@ def command(slug, workspace, kind, repeats, device, out, as_json, verbose, no_sa
 
 def _practice(root: Path, slug: str | None, repeats, device, out, as_json, executor: Executor = Sandboxed(),
               verbose: bool = False) -> None:
-    """Grade the practice workspace at ``root`` and record the attempt in its state file."""
+    """Grade the practice workspace at ``root`` and record the attempt in its attempt store."""
     from grader.practice import console as console_practice
     from grader.practice.grading import grade_workspace
     from grader.practice.workspace import open_workspace

@@ -1,6 +1,6 @@
 """``trainwreck list``: the exercises (scripts to fix and design scenarios), from their manifests;
 a manifest that does not load is a warning naming its file, and the others are still listed. Then
-the progress of each practice workspace (``trainwreck start``), read from its state file."""
+the progress of each practice workspace (``trainwreck start``), read from its state file and attempt store."""
 
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from grader.attempts import Attempt
 from grader.report import figures
 from grader.report.attachments import Attachments
 from grader.report.attachments import collect as collect_attachments
@@ -14,7 +15,7 @@ from grader.report.summary import Summary, summarise
 from grader.rubric import Rubric
 from grader.sessions.calibration import Calibration, calibrate
 from grader.sessions.live import ExerciseView, SessionView, session_view
-from grader.sessions.models import Attempt, Reveal, Session
+from grader.sessions.models import Reveal, Session
 from grader.sessions.models import now as models_now
 from grader.sessions.store import Store
 
