@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 class Spec(CheckSpec):
     """At every optimizer step, a complete checkpoint holding a step no older than ``interval`` +
     ``slack`` steps existed at ``path`` (and in each of ``copies``), from the first time one was
-    due; at the end ``path`` loads and holds the final state.
+    due; at the end ``path`` loads and holds the final state, and the newest checkpoint in each copy
+    holds it too.
 
     Where the run has an artifact store, ``interval`` is at least the steps one upload of the
     reference's checkpoint takes at the rate the store enforces (the store's own log), at the run's
@@ -336,12 +337,28 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
     evidence["final"] = final_ckpt.evidence
     if not final_ckpt.ok:
         return CheckResult(name, False, final_ckpt.message, evidence)
+    # and so must every copy: what an evaluation job or a resume elsewhere finds once the job is over
+    # (an upload the job's exit cut off is never published: the store's log says so, "aborted")
+    for tg in targets:
+        if tg.name == spec.path or not ends:
+            continue
+        steps_held = [h for _, op in tg.held(math.inf) if (h := holdings.step(op)[0]) is not None]
+        newest, last_step = max(steps_held, default=None), ends[-1][0]
+        evidence["targets"][tg.name]["final_step"] = newest
+        if newest != last_step:
+            cut = evidence["targets"][tg.name].get("aborted") or 0
+            why = (f"; {cut} upload{'s were' if cut > 1 else ' was'} cut off unfinished when the job ended" if cut
+                   else "")
+            return CheckResult(name, False, f"at the end the newest checkpoint in {tg.name} held "
+                               f"{'no known state' if newest is None else f'step {newest}'}, not the final model "
+                               f"(step {last_step}){why}", evidence)
     steps = evidence["targets"][spec.path]["checkpoint_steps"]
     allowed = " and ".join(f"{t} held a complete checkpoint at most {k} + {i['slack']} steps old"
                            for t, i in evidence["targets"].items())
     return CheckResult(name, True, f"at every step from {k + spec.slack} on, {allowed}{pace} (states of steps "
                        f"{', '.join(map(str, steps[:6]))}{', ...' if len(steps) > 6 else ''}); at the end "
-                       f"{spec.path} loads and holds the final parameters", evidence)
+                       f"{spec.path} loads and holds the final parameters"
+                       f"{', as does the newest checkpoint in every copy' if spec.copies else ''}", evidence)
 
 
 def _size(path: Path) -> int:

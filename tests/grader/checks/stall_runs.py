@@ -144,7 +144,8 @@ def via_store(k: int, delay: int = 1, took: float = 0.05, size: int = 1000, clie
     log: list[dict] = [{"kind": "store_start", "t": 0.0, "root": "artifacts", "mib_per_s": 15,
                         "max_object_bytes": 256 * MIB}]
     for i, s in enumerate(range(k, STEPS + 1, k), start=1):
-        b = t_end(min(s + delay, STEPS)) + 0.01
+        # the upload reads the file once its save is in place (the last one's after the final step)
+        b = max(t_end(min(s + delay, STEPS)) + 0.01, t_end(s) + 0.03)
         name = f"ckpt-{s:06d}.pt"
         if client:
             ops.append({"op": "upload", "path": f"artifacts/{name}", "src": "out/ckpt.pt", "begin": b,

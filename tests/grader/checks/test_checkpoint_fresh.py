@@ -165,6 +165,14 @@ def _changed_after_upload(ops, log):
     return ops, log
 
 
+def _final_upload_cut_off(ops, log):
+    """The job ended while the final state's upload was in flight (nothing waited for it): the store
+    never published it, and logged the upload as aborted."""
+    last = max(i for i, r in enumerate(log) if r["kind"] == "put")
+    log[last] = {**log[last], "status": "aborted"}
+    return ops, log
+
+
 def _slow_uploads(ops, log):
     """Every upload takes 15 steps of wall time (the link is slow): within the copies' slack."""
     return via_store(K, delay=1, took=15 * DT)
@@ -181,6 +189,8 @@ def _slow_uploads(ops, log):
     (_wrong_size, False, "the store received 10 bytes, but ckpt.pt held 1000 then"),
     (_changed_after_upload, False, "ckpt-000060.pt changed after the store published it"),
     (_slow_uploads, False, "at step 16 there was no complete checkpoint at artifacts/"),
+    (_final_upload_cut_off, False, "at the end the newest checkpoint in artifacts/ held step 50, not the final "
+                                   "model (step 60); 1 upload was cut off unfinished when the job ended"),
 ])
 def test_copies_in_the_artifact_store_are_judged_from_the_stores_own_log(tmp_path, edit, passed, says):
     """The store's log (a process outside the ranks) decides which copies count: objects it
