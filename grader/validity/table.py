@@ -41,6 +41,11 @@ its config wrote down before grading: the check named must be among the failing 
 must hold the text named. A mutant that only crashes, or changes nothing the brief asks for, is left out
 with its reason in the config. The corpus column is the hand-written variant corpus's last agreement
 figure (`tests/variants/`).
+
+Each grading records the sha256 of the broken script and the reference fix it ran on. Where either
+changed since, the exercise is marked **not current**: its rows are about the earlier code. Cases the
+suite generates now and never graded, and cases graded then and left out since, are named under the
+exercise; only the cases the suite still holds are counted.
 """
 
 
