@@ -303,6 +303,7 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
         seen: dict[tuple[int, int, int], int | None] = {}  # write -> step held, for the evidence
         rejected: list[str] = []
         late: list[tuple[int, int | None]] = []
+        oldest = 0  # the largest age seen, in steps: the evidence a tolerance's margin is read from
         for s, t in ends:
             if s < k + slack:
                 continue
@@ -316,7 +317,10 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
                     best = held
             if best is None or best < s - k - slack:
                 late.append((s, best))
+            if best is not None:
+                oldest = max(oldest, s - best)
         info["checkpoint_steps"] = sorted({h for h in seen.values() if h is not None})[:40]
+        info["worst_age"] = oldest
         if late:
             s, best = late[0]
             info.update(late_steps=len(late), first_late_step=s)
