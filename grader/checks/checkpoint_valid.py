@@ -35,6 +35,11 @@ class Spec(CheckSpec):
     optimizer_against_reference: float | None = Field(None, gt=0)
     # from the save trace: one rank wrote it (every rank saving one path is a race, apex#629)
     single_writer: bool = True
+    # The checkpoint against the run's own final parameters, and each reference value against the
+    # reference run's. Measured over the validity suites of 2026-11-29 (amp-no-scaler,
+    # collective-deadlock, incident-multi, memory-leak: every rewrite and mutation): every checkpoint
+    # that held the final state held it exactly (0.0), every rewrite's reference values exactly; the
+    # nearest failing value (incident-multi's test loss computed on rank 0 only) 1.2e-3, 123x rtol.
     rtol: float = Field(1e-5, ge=0)
     atol: float = Field(1e-6, ge=0)
 
