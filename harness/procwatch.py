@@ -191,11 +191,14 @@ class ProcWatch:
 
     def identify(self, pid: int) -> RankProc | None:
         """The rank whose process is ``pid`` or an ancestor of it (a DataLoader worker belongs to
-        its rank); None for anything else (the launcher, a stray, a process outside)."""
-        with self._lock:
-            known = pid in self._scan.members
-        if not known:
-            self.refresh()
+        its rank); None for anything else (the launcher, a stray, a process outside).
+
+        Always from a fresh scan (a few ms; the channel asks once per connection): a pid known from
+        an earlier one may have been re-parented since. A daemon that double-forked out of a rank,
+        scanned while its middle process still lived, passed as that rank when it connected after
+        the re-parenting (seen in CI: the hostile channel test's daemon was neither refused nor a
+        stray)."""
+        self.refresh()
         with self._lock:
             scan = self._scan
             seen = 0
