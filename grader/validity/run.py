@@ -68,7 +68,9 @@ def run_result(outcomes: list[CaseOutcome], started: datetime, command: str) -> 
 
     per: dict[str, Any] = {}
     for o in outcomes:
-        per.setdefault(o.case.slug, {"scripts": fingerprint(o.case.slug), "cases": []})["cases"].append(o.to_json())
+        if o.case.slug not in per:  # the scripts read and hashed once per exercise, not once per case
+            per[o.case.slug] = {"scripts": fingerprint(o.case.slug), "cases": []}
+        per[o.case.slug]["cases"].append(o.to_json())
     return {"format_version": FORMAT_VERSION, "commit": commit(), "started": started.isoformat(timespec="seconds"),
             "ended": datetime.now(UTC).isoformat(timespec="seconds"), "command": command,
             "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
