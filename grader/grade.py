@@ -99,7 +99,7 @@ def run_role(ex: Exercise, script_dir: Path, run_dir: Path, role: str, device: s
                        startup_timeout=m.run.startup_timeout, timeout=m.run.timeout,
                        pg_timeout=m.run.pg_timeout, run_dir=run_dir, cwd=run_dir / "work",
                        faults=list(faults or []), env=env,
-                       store=m.run.store.launch_config() if m.run.store else None,
+                       store=m.run.store.launch_config(keep_copies=True) if m.run.store else None,
                        executor=executor, limits=m.limits.to_limits(), watch=list(watch or []))
     if launch(cfg).status == "interrupted":
         # Ctrl-C or SIGTERM ended this run (the harness ended its ranks and recorded it): the

@@ -61,10 +61,12 @@ class Workload(_Strict):
 
 
 class StoreSettings(_Strict):
-    """The kit's artifact store, run outside the ranks for every run of the exercise
-    (``harness.store_service``): its folder in the working dir and its link's rate."""
+    """The exercise's artifact store, an S3-compatible service run outside the ranks for every run
+    of the exercise (``harness.store_service``; the ranks reach it at ``AWS_ENDPOINT_URL_S3``): its
+    bucket, the folder in the working dir it keeps objects in, and its link's rate."""
 
     root: str = Field("artifacts", pattern=r"^[A-Za-z0-9_][A-Za-z0-9._/-]*$")
+    bucket: str = Field("checkpoints", pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
     mib_per_s: float = Field(gt=0, description="the link's rate, MiB/s, shared by every upload")
     max_object_mib: float = Field(256.0, gt=0)
 
@@ -75,10 +77,13 @@ class StoreSettings(_Strict):
             raise ValueError("give a folder inside the working dir, without '..'")
         return v
 
-    def launch_config(self) -> StoreConfig:
+    def launch_config(self, keep_copies: bool = False) -> StoreConfig:
+        """``keep_copies``: the store keeps what every upload carried (a grading judges objects by
+        their content; a practice run has no use for the disk it takes)."""
         from harness.store_service import StoreConfig
 
-        return StoreConfig(root=self.root, mib_per_s=self.mib_per_s, max_object_mib=self.max_object_mib)
+        return StoreConfig(root=self.root, bucket=self.bucket, mib_per_s=self.mib_per_s,
+                           max_object_mib=self.max_object_mib, keep_copies=keep_copies)
 
 
 class RunSettings(_Strict):
@@ -90,7 +95,7 @@ class RunSettings(_Strict):
     # the fault a proper fix must survive: the gradients of this optimizer step overflow (set to inf
     # on every rank after backward) in every run of a grading, the reference's included
     overflow_at_step: int | None = Field(None, ge=2)
-    store: StoreSettings | None = None  # the exercise's script uses harness.workloads.ArtifactStore
+    store: StoreSettings | None = None  # the exercise's script publishes to an object store
 
 
 class LimitSettings(_Strict):

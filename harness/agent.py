@@ -6,6 +6,9 @@ writes them as a JSON list on this process's stdin instead; the agent reads them
 ``/dev/null`` back on fd 0 for the ranks it starts (as the launcher's ``stdin=DEVNULL`` gave
 before), and runs torchrun's own ``main`` with them, in this process: rendezvous, restarts and
 signal handling stay torch's.
+
+When the launch runs an artifact store, the agent also relays it to a TCP address on the ranks'
+loopback (``harness.store_relay``) and exports that address before any rank starts.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+
+from harness import store_relay
 
 ARGS_MAX = 1 << 20  # the options and the script's arguments, as JSON: far below this
 
@@ -35,6 +40,7 @@ def main() -> None:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
+    store_relay.export()
     from torch.distributed.run import main as torchrun  # after the read: a bad start fails fast
 
     sys.argv = ["torchrun", *args]  # what torchrun's own messages and its error file name

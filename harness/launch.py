@@ -325,6 +325,8 @@ def launch(
                 exit_code = proc.poll()  # how the launcher ended when we ended it (None: not known)
             if watch is not None:  # what the run left there at its end
                 watch.close()
+            if store and watch is not None:  # the store's copies of watched files: on disk once
+                store_service.share_copies(run_dir, key)
             summary = execution.close()  # after the tree is gone, before _finish reads what the ranks sent
             if injector is not None:  # a bypassed kill the polls never caught, from the records all in
                 injector.settle(lambda r: rundir.read_records(rundir.rank_dir(run_dir, r) / rundir.EVENTS, key).valid)

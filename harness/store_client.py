@@ -1,16 +1,17 @@
-"""The rank's side of the kit's artifact store: a small HTTP client over the Unix socket of the
-store service the parent runs for each launch (``harness.store_service``).
+"""The kit's own client of the artifact store service the parent runs for each launch
+(``harness.store_service``), over the service's Unix socket: what ``harness.workloads.ArtifactStore``
+uses, so that an upload is traced with the service's receipt. Scripts reach the same service
+the way production code reaches S3, over HTTP at ``AWS_ENDPOINT_URL_S3`` (``harness.store_relay``);
+the wire format is S3's (``harness.store_s3``).
 
-The store is S3-like: objects by name in one bucket, ``PUT /objects/NAME`` (the body is the
-object; ``Content-Length`` required), ``GET /objects/NAME``, ``DELETE /objects/NAME``,
-``GET /objects/`` (the listing, JSON) and ``GET /info`` (the store's root and link rate). The
-service reads an upload's body at the link's rate and only then publishes the object and answers,
-so an upload takes as long as the link needs for its bytes whatever the client does; the client
-cannot ask for another rate.
+The service reads an upload's body at the link's rate and only then publishes the object and
+answers, so an upload takes as long as the link needs for its bytes whatever the client does; the
+client cannot ask for another rate.
 
 ``TRAINWRECK_STORE`` holds the socket's path as the rank sees it, ``TRAINWRECK_STORE_ROOT`` the
-folder the service stores objects in (absolute). Neither is set outside a launch that runs a store:
-``harness.workloads.ArtifactStore`` then works on a local folder by itself, as before.
+folder the service stores objects in (absolute), ``TRAINWRECK_STORE_BUCKET`` its bucket. None is
+set outside a launch that runs a store: ``harness.workloads.ArtifactStore`` then works on a local
+folder by itself.
 
 HTTP/1.0, one request per connection, written here rather than with ``http.client`` so that a
 refusal the server sends while the body is still going out (an object over the size cap) is read
@@ -19,17 +20,18 @@ and reported instead of surfacing as a broken pipe.
 
 from __future__ import annotations
 
-import json
+import base64
 import os
-import re
 import socket
 from dataclasses import dataclass
 from typing import Any
 
+from harness.store_s3 import KEY_RULE, error_message, listed_keys, valid_key
+
 STORE_ENV = "TRAINWRECK_STORE"  # the service's socket, as the rank sees it
 ROOT_ENV = "TRAINWRECK_STORE_ROOT"  # where the service keeps the objects (absolute)
+BUCKET_ENV = "TRAINWRECK_STORE_BUCKET"  # the one bucket it serves
 SOCKET_NAME = "store.sock"
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")  # no folders, no hidden names
 ID_HEADER = "X-Trainwreck-Upload"
 CHUNK = 1 << 16
 TIMEOUT_S = 600.0  # a whole request; an upload of 256 MiB at 1 MiB/s takes 256 s
@@ -45,9 +47,6 @@ class Response:
     headers: dict[str, str]
     body: bytes
 
-    def json(self) -> Any:
-        return json.loads(self.body or b"null")
-
 
 def active() -> bool:
     return bool(os.environ.get(STORE_ENV))
@@ -58,16 +57,13 @@ def service_root() -> str | None:
     return os.path.realpath(root) if root else None
 
 
-def valid_name(name: str) -> bool:
-    return bool(NAME.match(name)) and name not in (".", "..")
-
-
 class StoreClient:
     def __init__(self, socket_path: str | None = None, timeout_s: float = TIMEOUT_S):
         self.path = socket_path or os.environ.get(STORE_ENV) or ""
         if not self.path:
             raise StoreError(f"{STORE_ENV} is not set: this launch runs no artifact store")
         self.timeout_s = timeout_s
+        self.bucket = os.environ.get(BUCKET_ENV) or "checkpoints"
 
     # -- requests ---------------------------------------------------------------------------
     def _connect(self) -> socket.socket:
@@ -108,47 +104,33 @@ class StoreClient:
 
     def put(self, src: str, name: str) -> dict[str, Any]:
         """Upload the file ``src`` as object ``name``: returns the server's receipt (``id``,
-        ``bytes``, ``sha256``, ``t0``, ``t1``)."""
-        if not valid_name(name):
-            raise StoreError(f"object name {name!r}: use letters, digits, '.', '_' and '-', "
-                             "not starting with '.' (no folders)")
+        ``bytes``, ``sha256``)."""
+        if not valid_key(name):
+            raise StoreError(f"object name {name!r}: {KEY_RULE}")
         with open(src, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            r = self.request("PUT", f"/objects/{name}", file=f, size=size)
+            r = self.request("PUT", f"/{self.bucket}/{name}", file=f, size=size)
         if r.status != 200:
-            raise StoreError(f"the artifact store refused {name!r} ({r.status}): {_reason(r)}")
-        answer: dict[str, Any] = r.json()
-        return answer
+            raise StoreError(f"the artifact store refused {name!r} ({r.status}): {error_message(r.body)}")
+        digest = base64.b64decode(r.headers.get("x-amz-checksum-sha256", "")).hex()
+        return {"id": int(r.headers.get(ID_HEADER.lower(), "0")), "bytes": size, "sha256": digest}
 
     def get(self, name: str) -> bytes:
-        r = self.request("GET", f"/objects/{name}")
+        r = self.request("GET", f"/{self.bucket}/{name}")
         if r.status != 200:
-            raise StoreError(f"GET {name!r} from the artifact store: {r.status} {_reason(r)}")
+            raise StoreError(f"GET {name!r} from the artifact store: {r.status} {error_message(r.body)}")
         return r.body
 
     def list(self) -> list[str]:
-        r = self.request("GET", "/objects/")
+        r = self.request("GET", f"/{self.bucket}?list-type=2")
         if r.status != 200:
-            raise StoreError(f"listing the artifact store: {r.status} {_reason(r)}")
-        return [o["name"] for o in r.json()["objects"]]
+            raise StoreError(f"listing the artifact store: {r.status} {error_message(r.body)}")
+        return listed_keys(r.body)
 
     def delete(self, name: str) -> None:
-        r = self.request("DELETE", f"/objects/{name}")
-        if r.status == 404:
-            raise FileNotFoundError(f"no object {name!r} in the artifact store")
+        r = self.request("DELETE", f"/{self.bucket}/{name}")
         if r.status not in (200, 204):
-            raise StoreError(f"DELETE {name!r} from the artifact store: {r.status} {_reason(r)}")
-
-    def info(self) -> dict[str, Any]:
-        info: dict[str, Any] = self.request("GET", "/info").json()
-        return info
-
-
-def _reason(r: Response) -> str:
-    try:
-        return str(r.json().get("error", ""))
-    except (ValueError, AttributeError):
-        return r.body[:200].decode(errors="replace")
+            raise StoreError(f"DELETE {name!r} from the artifact store: {r.status} {error_message(r.body)}")
 
 
 def _read_response(s: socket.socket, method: str, sent_all: bool) -> Response:

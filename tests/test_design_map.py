@@ -17,7 +17,7 @@ def _tables() -> dict[str, list[str]]:
             package = part
             continue
         rows = [line.split("|")[2] for line in part.splitlines() if line.startswith("| **")]
-        out[package] = [n.split("/")[0] for row in rows for n in re.findall(r"`([a-z_/]+)`", row)
+        out[package] = [n.split("/")[0] for row in rows for n in re.findall(r"`([a-z0-9_/]+)`", row)
                         if "/" not in n.rstrip("/")]
     return out
 

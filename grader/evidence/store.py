@@ -2,13 +2,16 @@
 store service, a process outside the ranks: ``harness/store_service.py``), and what it says each
 object in the store held over time.
 
-The service knows what it received and when, never what the bytes mean; the rank's save trace
-knows which file each ``ArtifactStore.upload`` sent, and which checkpoint that file held. An object
-version counts only when both agree: the upload the rank traced carries the service's receipt id,
-began before the service started reading and ended after it published, and the service received
-as many bytes as the source file held. Files that appear in the store's folder any other way
-(copied in by the script, found there at the end but never uploaded, changed after the service
-published them) are reported by name: a real object store cannot be written by copying files.
+The service knows what it received and when, and the bytes' sha256, never what they mean. What a
+version holds is told by content: a script's upload is a plain S3 request (``harness.store_relay``)
+that nothing in the rank traces, so the version is the watched file (``grader/evidence/watched.py``)
+whose very bytes the store received, seen by the parent before the store published them. The kit's
+own client (``harness.workloads.ArtifactStore``, which test kits use) is traced too: its upload
+counts when the trace and the service agree (the service's receipt id, an upload that began before
+the service started reading and ended after it published, as many bytes as the source file held).
+Files that appear in the store's folder any other way (copied in by the script, found there at the
+end but never uploaded, changed after the service published them) are reported by name: a real
+object store cannot be written by copying files.
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from grader.evidence import watched
 from grader.evidence.saves import FileOp, FileState
 from harness import rundir
-from harness.store_service import LOG
+from harness.store_service import KEPT_DIR, LOG
 
 if TYPE_CHECKING:
     from grader.evidence import RunEvidence
@@ -131,24 +135,36 @@ def store_objects(ev: RunEvidence) -> StoreObjects | None:
 
 def _content(ev: RunEvidence, put: dict[str, Any], client: FileOp | None) -> tuple[FileOp | None, str]:
     """The traced write whose bytes this upload carried, or why that cannot be told. Where the trace
-    cannot tell (no traced upload sent it: a writer process the bootstrap never ran in; or its source
-    held bytes the trace never saw written), a version of a watched file with the very bytes the
-    store received, seen by the parent before the store published them (``grader/evidence/watched.py``)."""
+    cannot tell (a plain S3 request: nothing in the rank traces it; a writer process the bootstrap
+    never ran in; a source that held bytes the trace never saw written), a version of a watched file
+    with the very bytes the store received, seen by the parent before the store published them
+    (``grader/evidence/watched.py``); else the store's own copy of what it received (``kept``: bytes
+    sent from memory, or from a file nobody watched), read like a watched version."""
     held, why = _traced(ev, put, client)
     if held is None and why.startswith(_UNTOLD):
         w = ev.watched
         seen = w.by_digest(str(put.get("sha256")), float(put["t1"])) if w and put.get("sha256") else None
         if w is not None and seen is not None:
             return w.op(ev, seen), ""
+        if put.get("kept"):
+            op = watched.as_op(ev, watched.Observation(
+                "version", str(put.get("path") or ""), float(put["t1"]), float(put["t0"]), bytes=put.get("bytes"),
+                sha256=put.get("sha256"), kept=Path(ev.run_dir) / KEPT_DIR / str(put["kept"]),
+                index=_KEPT_INDEX0 + int(put.get("id") or 0)))
+            if op.error is None:
+                return op, ""
+            why = f"the store's copy of it cannot be read: {op.error}"
     return held, why
 
 
-_UNTOLD = ("no ArtifactStore.upload traced", "its source ")
+_UNTOLD = ("no traced upload sent it", "its source ")
+_KEPT_INDEX0 = 10**5  # the store's copies, read as watched versions: indices no watch.jsonl record has
 
 
 def _traced(ev: RunEvidence, put: dict[str, Any], client: FileOp | None) -> tuple[FileOp | None, str]:
     if client is None:
-        return None, "no ArtifactStore.upload traced in a rank sent it (a request made around the kit's client)"
+        return None, ("no traced upload sent it, and no file the parent watched held its bytes before the store "
+                      "published it (upload the checkpoint file itself, once it is complete)")
     t0, t1 = float(put["t0"]), float(put["t1"])
     if client.t_begin > t0 + TIMELINE_TOLERANCE_S or (client.t_end is not None
                                                       and client.t_end < t1 - TIMELINE_TOLERANCE_S):

@@ -88,6 +88,12 @@ def read_watched(run_dir: Path, key: str, work_dir: Path) -> Watched | None:
     return out
 
 
+def as_op(ev: RunEvidence, o: Observation) -> FileOp:
+    """A kept copy of a file's bytes, observed at ``o.t``, as an operation the checkpoint checks
+    judge (the artifact store's copies of what it received are read this way)."""
+    return _as_op(ev, o)
+
+
 def _rank0_steps(ev: RunEvidence) -> list[tuple[float, int, int]]:
     """(time the parent received it, or the rank's time; attempt; step) of rank 0's step records."""
     out = []

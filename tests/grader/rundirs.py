@@ -51,8 +51,17 @@ class RunDirBuilder:
     def save_record(self, rank: int, /, **record: Any) -> RunDirBuilder:
         return self.add(rank, rundir.SAVES, **record)
 
-    def store(self, **record: Any) -> RunDirBuilder:
-        """A record of the artifact store service's log (store.jsonl, in the run dir itself)."""
+    def store(self, raw: bytes | None = None, **record: Any) -> RunDirBuilder:
+        """A record of the artifact store service's log (store.jsonl, in the run dir itself); with
+        ``raw`` the service's kept copy of what the upload carried (``kept``)."""
+        if raw is not None:
+            from harness.store_service import KEPT_DIR
+
+            name = f"{int(record.get('id') or 0):06d}.bin"
+            p = self.root / KEPT_DIR / name
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(raw)
+            record = {**record, "kept": name}
         self.store_records.append(record)
         return self
 

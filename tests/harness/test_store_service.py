@@ -21,7 +21,7 @@ import pytest
 from harness import rundir, store_client
 from harness.errors import LaunchError
 from harness.store_client import StoreClient, StoreError
-from harness.store_service import LOG, StoreConfig, start
+from harness.store_service import KEPT_DIR, LOG, StoreConfig, start
 from harness.workloads import ArtifactStore
 
 MIB = 2**20
@@ -37,7 +37,7 @@ def store(tmp_path, monkeypatch):
     made = []
 
     def make(**cfg):
-        svc = start(StoreConfig(**{"root": "artifacts", "mib_per_s": 8.0, **cfg}), run, key, work)
+        svc = start(StoreConfig(**{"root": "artifacts", "mib_per_s": 8.0, "keep_copies": True, **cfg}), run, key, work)
         made.append(svc)
         for k, v in svc.env().items():
             monkeypatch.setenv(k, v)
@@ -109,7 +109,7 @@ def test_a_client_that_disconnects_mid_upload_leaves_no_object(store):
     svc = make(mib_per_s=8.0)
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect(svc.socket_path)
-    s.sendall(f"PUT /objects/half.pt HTTP/1.0\r\nContent-Length: {MIB}\r\n\r\n".encode() + b"x" * 65536)
+    s.sendall(f"PUT /checkpoints/half.pt HTTP/1.0\r\nContent-Length: {MIB}\r\n\r\n".encode() + b"x" * 65536)
     time.sleep(0.2)
     s.close()
     deadline = time.time() + 30
@@ -119,6 +119,7 @@ def test_a_client_that_disconnects_mid_upload_leaves_no_object(store):
     assert put["status"] == "aborted" and put["bytes"] < MIB and put["declared"] == MIB
     assert "closed the connection" in put["why"]
     assert os.listdir(work / "artifacts") == []  # neither the object nor its partial file
+    assert os.listdir(work.parent / KEPT_DIR) == []  # nor the service's copy of it
     assert StoreClient().list() == []
 
 
@@ -127,7 +128,7 @@ def test_an_object_over_the_size_cap_is_refused_before_its_body_is_read(store):
     make(mib_per_s=1.0, max_object_mib=1.0)
     src = _file(work / "big.pt", 2 * MIB)
     t0 = time.time()
-    with pytest.raises(StoreError, match=r"refused 'big.pt' \(413\): 2097152 bytes is over the store's limit"):
+    with pytest.raises(StoreError, match=r"refused 'big.pt' \(413\): EntityTooLarge: 2097152 bytes is over the store's limit"):
         ArtifactStore("artifacts").upload(str(src), "big.pt")
     assert time.time() - t0 < 2.0 / 1.0  # not read at 1 MiB/s first
     (put,) = _puts(records, name="big.pt")
@@ -142,8 +143,8 @@ def test_names_that_are_not_plain_object_names_are_refused(store, name):
     src = _file(work / "x.pt", 100)
     with pytest.raises(StoreError):
         StoreClient().put(str(src), name)
-    r = StoreClient(svc.socket_path).request("PUT", f"/objects/{name}", body=b"abc")
-    assert r.status == 400 and b"an object name is letters, digits" in r.body, (r.status, r.body)  # the name rule, not a missing path
+    r = StoreClient(svc.socket_path).request("PUT", f"/checkpoints/{name}", body=b"abc")
+    assert r.status == 400 and b"a key is letters, digits" in r.body, (r.status, r.body)  # the name rule, not a missing path
     assert not (work / "escape.pt").exists() and not (work.parent / "escape.pt").exists()
 
 
@@ -157,10 +158,10 @@ def test_delete_list_and_get_go_through_the_service(store):
         st.delete(old)
     assert st.list() == ["ckpt-2.pt", "ckpt-3.pt"]
     assert StoreClient().get("ckpt-3.pt") == (work / "c.pt").read_bytes()
-    with pytest.raises(FileNotFoundError):
-        st.delete("ckpt-0.pt")
-    kinds = [r["kind"] for r in records().valid]
-    assert kinds.count("delete") == 3 and kinds.count("list") == 2
+    st.delete("ckpt-0.pt")  # gone already: S3 answers 204 all the same, the log says "missing"
+    deletes = [r for r in records().valid if r["kind"] == "delete"]
+    assert [d["status"] for d in deletes] == ["ok", "ok", "missing"]
+    assert [r["kind"] for r in records().valid].count("list") == 2
 
 
 def test_the_last_record_names_files_that_reached_the_folder_another_way(store):
@@ -222,3 +223,35 @@ def test_without_a_service_the_store_is_a_local_folder_at_the_clients_rate(tmp_p
     assert st.list() == ["ckpt-1.pt"]
     st.delete("ckpt-1.pt")
     assert st.list() == []
+
+
+def test_copies_of_watched_versions_are_shared_on_disk_and_others_kept(tmp_path):
+    """After a launch, a copy the store kept with the bytes of a version the file watch kept becomes
+    a hard link to it; a copy of bytes nobody watched stays its own file; a forged record is ignored."""
+    from harness.filewatch import KEPT_DIR as WATCHED
+    from harness.filewatch import LOG as WATCH_LOG
+    from harness.store_service import share_copies
+
+    key = rundir.new_key()
+    same, other = os.urandom(5000), os.urandom(3000)
+    (tmp_path / WATCHED).mkdir()
+    (tmp_path / WATCHED / "000001.bin").write_bytes(same)
+    (tmp_path / KEPT_DIR).mkdir()
+    for name, data in (("000001.bin", same), ("000002.bin", other), ("000003.bin", same)):
+        (tmp_path / KEPT_DIR / name).write_bytes(data)
+    w = rundir.RecordWriter(tmp_path / WATCH_LOG, key)
+    w.write({"kind": "version", "path": "out/ckpt.pt", "kept": "000001.bin", "sha256": hashlib.sha256(same).hexdigest()})
+    w.close()
+    s = rundir.RecordWriter(tmp_path / LOG, key)
+    s.write({"kind": "put", "status": "ok", "kept": "000001.bin", "sha256": hashlib.sha256(same).hexdigest()})
+    s.write({"kind": "put", "status": "ok", "kept": "000002.bin", "sha256": hashlib.sha256(other).hexdigest()})
+    s.close()
+    with open(tmp_path / LOG, "a") as f:  # not signed: not the store's
+        f.write(json.dumps({"kind": "put", "kept": "000003.bin", "sha256": hashlib.sha256(same).hexdigest()}) + "\n")
+    assert share_copies(tmp_path, key) == 5000
+    kept = tmp_path / KEPT_DIR
+    assert os.path.samefile(kept / "000001.bin", tmp_path / WATCHED / "000001.bin")
+    assert (kept / "000001.bin").read_bytes() == same and (kept / "000002.bin").read_bytes() == other
+    assert (kept / "000002.bin").stat().st_nlink == 1 and (kept / "000003.bin").stat().st_nlink == 1
+    assert sorted(os.listdir(kept)) == ["000001.bin", "000002.bin", "000003.bin"]
+    assert share_copies(tmp_path, key) == 0  # shared already

@@ -184,7 +184,7 @@ def _slow_uploads(ops, log):
                           "more): files reach the artifact store only by an upload to it"),
     (_untraced_files, False, "artifacts/: ckpt-000010.pt was there at the end (1000 bytes, a file) and the store "
                              "never received it"),
-    (_raw_requests, False, "no ArtifactStore.upload traced in a rank sent it"),
+    (_raw_requests, False, "no traced upload sent it"),
     (_contradicting_timeline, False, "contradicts the store's"),
     (_wrong_size, False, "the store received 10 bytes, but ckpt.pt held 1000 then"),
     (_changed_after_upload, False, "ckpt-000060.pt changed after the store published it"),

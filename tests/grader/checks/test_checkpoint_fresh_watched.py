@@ -107,7 +107,7 @@ def store_by_content(traced_uploads: bool) -> tuple[list[dict], list[dict], list
     (False, None, True, "artifacts/ held a complete checkpoint at most 10 + 6 steps old"),
     (True, None, True, "artifacts/ held a complete checkpoint at most 10 + 6 steps old"),
     # bytes the parent never saw at out/ckpt.pt: what the object holds cannot be told
-    (False, "other bytes", False, "no ArtifactStore.upload traced in a rank sent it"),
+    (False, "other bytes", False, "no traced upload sent it"),
 ])
 def test_store_objects_hold_the_watched_version_with_their_bytes(tmp_path, traced_uploads, edit, passed, says):
     ops, log, watched = store_by_content(traced_uploads)
@@ -116,6 +116,28 @@ def test_store_objects_hold_the_watched_version_with_their_bytes(tmp_path, trace
             if r["kind"] == "put":
                 r["sha256"] = "0" * 64
     c = judge(tmp_path, fresh(copies=["artifacts/"], copy_slack=6), saves=ops, store=log, watched=watched,
+              final_ckpt=full_state(STEPS))
+    assert c.passed is passed and says in c.message, c.message
+
+
+@pytest.mark.parametrize("edit, passed, says", [
+    (None, True, "artifacts/ held a complete checkpoint at most 10 + 6 steps old"),
+    # what the store received does not load: no copy counts
+    ("torn", False, "the store's copy of it cannot be read: it does not load"),
+    # the store kept no copy (over its cap): nothing else tells what the bytes were
+    ("not kept", False, "no traced upload sent it"),
+])
+def test_objects_sent_from_memory_are_judged_by_the_stores_own_copy(tmp_path, edit, passed, says):
+    """PUTs of bytes serialised in memory: no file ever held them, so neither the trace nor the
+    watcher can tell what an object holds; the store's kept copy of what it received can."""
+    ops, log = via_store(K, client=False)
+    puts = [r for r in log if r["kind"] == "put"]
+    for put, s in zip(puts, range(K, STEPS + 1, K)):
+        data = b"PK\x03\x04 torn" if edit == "torn" else raw(state(s))
+        put.update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
+        if edit != "not kept":
+            put["raw"] = data
+    c = judge(tmp_path, fresh(copies=["artifacts/"], copy_slack=6), saves=every(K), store=log,
               final_ckpt=full_state(STEPS))
     assert c.passed is passed and says in c.message, c.message
 
