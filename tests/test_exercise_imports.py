@@ -13,12 +13,6 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = sorted([*REPO.glob("exercises/*/*.py"), *REPO.glob("solutions/*/*.py")])
 THIRD_PARTY = {"torch"}
-# Still importing the kit, each with the issue item that removes it: the test fails when one is
-# fixed too, so this list only shrinks.
-KNOWN = {
-    "exercises/periodic-stall/train.py": {"harness.workloads"},  # ArtifactStore: issue 27, item 3
-    "solutions/periodic-stall/train.py": {"harness.workloads"},
-}
 
 
 def _foreign_imports(path: Path) -> set[str]:
@@ -44,5 +38,4 @@ def test_there_are_scripts_to_check():
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: str(p.relative_to(REPO)))
 def test_a_script_imports_torch_the_stdlib_and_its_own_folder_only(path):
-    rel = str(path.relative_to(REPO))
-    assert _foreign_imports(path) == KNOWN.get(rel, set())
+    assert _foreign_imports(path) == set()

@@ -14,6 +14,8 @@ import math
 import os
 import threading
 import time
+import urllib.request
+import xml.etree.ElementTree as ET
 
 import torch
 import torch.distributed as dist
@@ -21,8 +23,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
-
-from harness.workloads import ArtifactStore
 
 # -----------------------------------------------------------------------------
 # data
@@ -39,8 +39,7 @@ DEPTH = 4
 # checkpoints and logging
 CKPT_INTERVAL = 50  # optimizer steps between checkpoints
 OUT_DIR = "out"
-ARTIFACT_DIR = "artifacts"  # the artifact store
-ARTIFACT_MB_PER_S = 15  # the store's upload bandwidth from one node
+ARTIFACT_BUCKET = "checkpoints"  # the artifact store: an S3 bucket (endpoint from AWS_ENDPOINT_URL_S3)
 KEEP_ARTIFACTS = 3  # checkpoints kept in the artifact store
 LOG_INTERVAL = 10
 SEED = 1337
@@ -81,6 +80,35 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
+
+
+class ObjectStore:
+    """One bucket of an S3-compatible object store, over its REST API: what publishing checkpoints
+    needs (put a file, list, delete). The endpoint comes from the environment, as for the AWS SDKs."""
+
+    NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
+
+    def __init__(self, bucket: str, timeout: float = 600.0):
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL", "http://127.0.0.1:9000")
+        self.url = f"{endpoint.rstrip('/')}/{bucket}"
+        self.timeout = timeout
+
+    def _request(self, method, key="", query="", data=None, headers=None) -> bytes:
+        req = urllib.request.Request(f"{self.url}/{key}{query}", data=data, method=method, headers=headers or {})
+        with urllib.request.urlopen(req, timeout=self.timeout) as response:
+            return response.read()
+
+    def upload(self, path, key) -> None:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            self._request("PUT", key, data=f, headers={"Content-Length": str(size)})
+
+    def list(self, prefix="") -> list:
+        listing = self._request("GET", query=f"?list-type=2&prefix={prefix}")
+        return sorted(k.text for k in ET.fromstring(listing).iter(self.NS + "Key"))
+
+    def delete(self, key) -> None:
+        self._request("DELETE", key)
 
 
 def to_cpu(obj):
@@ -181,7 +209,7 @@ def main() -> None:
     total_steps = EPOCHS * len(loader)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total_steps)
     ckpt_path = os.path.join(OUT_DIR, "ckpt.pt")
-    store = ArtifactStore(ARTIFACT_DIR, mb_per_s=ARTIFACT_MB_PER_S)
+    store = ObjectStore(ARTIFACT_BUCKET)
     writer = CheckpointWriter(ckpt_path, store)
     ckpt_due = False
 
