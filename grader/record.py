@@ -42,9 +42,10 @@ def record(ex: Exercise, device: str = "auto", progress=lambda s: None) -> dict[
         req = plan(m).runs.get(Role.RESUME) or RunRequest(Role.MAIN, m.world_size)
         progress(f"running the broken {m.slug} at world size {m.world_size}"
                  + (" (killed and restarted once)" if req.faults else ""))
+        load = os.getloadavg()[0]  # before the run: how busy the machine was that the figures come from
         ev = run_role(ex, ex.dir, run_dir, "broken", device, **req.launch_settings(), overflow=False)
         neutral = Neutral(ex.dir, KIT_ROOT, run_dir, entry=m.entry)
-        baseline = neutral.value(_baseline(ex, ev))
+        baseline = neutral.value(_baseline(ex, ev, load))
         staged = ex.dir / f".{LOGS}.new"
         shutil.rmtree(staged, ignore_errors=True)
         staged.mkdir()
@@ -93,7 +94,7 @@ def metrics_csv(ev) -> str:
     return buf.getvalue()
 
 
-def _baseline(ex: Exercise, ev) -> dict[str, Any]:
+def _baseline(ex: Exercise, ev, load: float | None = None) -> dict[str, Any]:
     m = ex.manifest
     ranks = {}
     for r, o in sorted(ev.ranks.items()):
@@ -125,7 +126,8 @@ def _baseline(ex: Exercise, ev) -> dict[str, Any]:
         "backend": ev.backend,
         "torch": torch_v,
         "machine": {"platform": platform.platform(), "processor": platform.machine(),
-                    "cpu_count": os.cpu_count(), "python": platform.python_version()},
+                    "cpu_count": os.cpu_count(), "python": platform.python_version(),
+                    "load_before": round(load, 2) if load is not None else None},
         "ranks": ranks,
         "hang": ev.run.get("hang"),
         "failure": ev.run.get("failure"),
