@@ -159,8 +159,8 @@ def test_dropping_autocast_fails_workload_intact_saying_so(tmp_path):
     res, c = graded(tmp_path, "amp-no-scaler", script)
     msg = c["workload_intact"].message
     assert not c["workload_intact"].passed
-    assert "forward passes ran without float16 autocast at 192 of its 192 optimizer steps" in msg and \
-           "off x192" in msg, msg
+    assert "forward passes ran without float16 autocast at 384 of its 384 optimizer steps" in msg and \
+           "off x384" in msg, msg
 
 
 # -- item 5: data-parallel work really data-parallel ------------------------------------------------
