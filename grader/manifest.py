@@ -17,6 +17,7 @@ from grader.checks.throughput import Spec as ThroughputSpec
 from grader.errors import ManifestError as ManifestError  # re-exported: callers take it from here
 from grader.files import read_toml
 from harness import defaults
+from harness.store_s3 import BUCKET, DEFAULT_BUCKET
 
 FORMAT_VERSION = 1
 MANIFEST = "exercise.toml"
@@ -66,7 +67,7 @@ class StoreSettings(_Strict):
     bucket, the folder in the working dir it keeps objects in, and its link's rate."""
 
     root: str = Field("artifacts", pattern=r"^[A-Za-z0-9_][A-Za-z0-9._/-]*$")
-    bucket: str = Field("checkpoints", pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+    bucket: str = Field(DEFAULT_BUCKET, pattern=BUCKET.pattern)
     mib_per_s: float = Field(gt=0, description="the link's rate, MiB/s, shared by every upload")
     max_object_mib: float = Field(256.0, gt=0)
 

@@ -26,7 +26,7 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
-from harness.store_s3 import KEY_RULE, error_message, listed_keys, valid_key
+from harness.store_s3 import DEFAULT_BUCKET, KEY_RULE, error_message, listed_keys, valid_key
 
 STORE_ENV = "TRAINWRECK_STORE"  # the service's socket, as the rank sees it
 ROOT_ENV = "TRAINWRECK_STORE_ROOT"  # where the service keeps the objects (absolute)
@@ -63,7 +63,7 @@ class StoreClient:
         if not self.path:
             raise StoreError(f"{STORE_ENV} is not set: this launch runs no artifact store")
         self.timeout_s = timeout_s
-        self.bucket = os.environ.get(BUCKET_ENV) or "checkpoints"
+        self.bucket = os.environ.get(BUCKET_ENV) or DEFAULT_BUCKET
 
     # -- requests ---------------------------------------------------------------------------
     def _connect(self) -> socket.socket:

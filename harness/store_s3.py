@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import parse_qs, unquote, urlsplit
 
+DEFAULT_BUCKET = "checkpoints"
 ENDPOINT_ENV = "AWS_ENDPOINT_URL_S3"  # the name the AWS SDKs and CLI read the S3 endpoint from
 NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")  # flat: no folders, no hidden names

@@ -43,7 +43,16 @@ from typing import Any
 
 from harness import rundir
 from harness.store_client import CHUNK, ID_HEADER
-from harness.store_s3 import KEY_RULE, error_xml, http_date, listing_xml, parse_target, valid_key
+from harness.store_s3 import (
+    DEFAULT_BUCKET,
+    KEY_RULE,
+    Target,
+    error_xml,
+    http_date,
+    listing_xml,
+    parse_target,
+    valid_key,
+)
 
 MIB = 2**20
 IO_TIMEOUT_S = 60.0  # a connection that sends nothing for this long is dropped
@@ -86,7 +95,7 @@ class Store:
         self.up, self.down = Link(self.rate), Link(self.rate)
         self.log = rundir.RecordWriter(Path(conf["log"]), conf["key"])
         self.lock = threading.Lock()
-        self.bucket = conf.get("bucket") or "checkpoints"
+        self.bucket = conf.get("bucket") or DEFAULT_BUCKET
         self.objects: dict[str, dict[str, Any]] = {}  # name -> {id, bytes, sha256, md5, t}
         self.ids = 0
         self.counts = {"puts": 0, "put_bytes": 0, "aborted": 0, "refused": 0, "gets": 0, "deletes": 0}
@@ -222,24 +231,25 @@ class Handler(BaseHTTPRequestHandler):
     def _error(self, code: int, s3code: str, message: str) -> None:
         self._answer(code, error_xml(s3code, message, self.path[:200]))
 
-    def _target(self) -> tuple[str | None, str | None]:
-        """``(key, None)`` for a request on an object of this store's bucket, ``(None, None)`` on the
-        bucket itself, ``(None, why)`` when the bucket is not this store's (answered already)."""
+    def _target(self) -> Target | None:
+        """What the request names in this store's bucket; None when it names another bucket (then
+        answered already, 404)."""
         st: Store = self.server.store
         t = parse_target(self.path)
         if t.bucket != st.bucket:
-            why = f"no bucket {t.bucket!r} here; this store serves {st.bucket!r} (PUT /{st.bucket}/KEY)"
-            self._error(404, "NoSuchBucket", why)
-            return None, why
-        return t.key, None
+            self._error(404, "NoSuchBucket", f"no bucket {t.bucket!r} here; this store serves {st.bucket!r} "
+                        f"(PUT /{st.bucket}/KEY)")
+            return None
+        return t
 
     # -- PUT: an upload ------------------------------------------------------------------------
     def do_PUT(self) -> None:
         st: Store = self.server.store
         t0 = time.time()
-        key = parse_target(self.path).key
+        target = parse_target(self.path)
+        key = target.key
         rec: dict[str, Any] = {"name": (key or self.path)[:200], "t0": t0, "pid": self._peer()}
-        if parse_target(self.path).bucket != st.bucket:
+        if target.bucket != st.bucket:
             return self._refuse(404, "NoSuchBucket", f"this store serves one bucket, {st.bucket!r}: "
                                 f"PUT /{st.bucket}/KEY", rec)
         if key is None or not valid_key(key):
@@ -334,11 +344,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         st: Store = self.server.store
-        key, refused = self._target()
-        if refused:
+        if (target := self._target()) is None:
             return
+        key = target.key
         if key is None:
-            prefix = parse_target(self.path).prefix
+            prefix = target.prefix
             with st.lock:
                 objs = [(n, o["bytes"], o["md5"], o["t"]) for n, o in sorted(st.objects.items())
                         if n.startswith(prefix)]
@@ -377,9 +387,9 @@ class Handler(BaseHTTPRequestHandler):
     # -- DELETE: 204 whether or not the key was there, as S3 answers ----------------------------
     def do_DELETE(self) -> None:
         st: Store = self.server.store
-        key, refused = self._target()
-        if refused:
+        if (target := self._target()) is None:
             return
+        key = target.key
         if key is None:
             return self._error(409, "BucketNotEmpty", "this store's bucket cannot be deleted")
         with st.lock:

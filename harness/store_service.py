@@ -33,7 +33,7 @@ from typing import Any
 from harness import rundir
 from harness.errors import LaunchError
 from harness.store_client import BUCKET_ENV, ROOT_ENV, SOCKET_NAME, STORE_ENV
-from harness.store_s3 import BUCKET
+from harness.store_s3 import BUCKET, DEFAULT_BUCKET
 
 LOG = "store.jsonl"  # in the run dir: the server's signed records
 KEPT_DIR = "store-objects"  # in the run dir: the server's copy of what each upload carried
@@ -47,7 +47,7 @@ class StoreConfig:
     """The artifact store a launch runs: where objects go and how fast its link is."""
 
     root: str = "artifacts"  # relative to the script's working dir
-    bucket: str = "checkpoints"  # the one bucket it serves
+    bucket: str = DEFAULT_BUCKET  # the one bucket it serves
     mib_per_s: float = 16.0  # the link, each way, shared by every connection
     max_object_mib: float = 256.0  # a larger upload is refused before its body is read
     connections: int = 16  # served at once; more are answered 503
@@ -66,7 +66,7 @@ class StoreConfig:
 
 class StoreService:
     def __init__(self, proc: subprocess.Popen, socket_path: str, visible_path: str, root: str,
-                 own_dir: str | None, bucket: str = "checkpoints"):
+                 own_dir: str | None, bucket: str = DEFAULT_BUCKET):
         self.proc = proc
         self.bucket = bucket
         self.socket_path = socket_path
@@ -168,8 +168,8 @@ def share_copies(run_dir: Path, key: str) -> int:
     """After the launch, once the file watch has closed: each copy the store kept whose bytes are a
     version the parent's file watch also kept (the script uploaded the very file it published, as
     most do) becomes a hard link to that version, so the bytes are on disk once. Both logs are read
-    as signed; a copy whose digest no longer matches its record is left alone. Returns the bytes
-    freed."""
+    as signed, and both folders are the parent's (the run dir the sandbox never sees), so the
+    digests the records carry are not computed again. Returns the bytes freed."""
     from harness.filewatch import KEPT_DIR as WATCHED_DIR
     from harness.filewatch import LOG as WATCH_LOG
 
@@ -185,7 +185,7 @@ def share_copies(run_dir: Path, key: str) -> int:
             continue
         copy, version = run_dir / KEPT_DIR / str(r["kept"]), seen[r["sha256"]]
         try:
-            if copy.stat().st_nlink > 1 or rundir.sha256_file(version) != r["sha256"]:
+            if copy.stat().st_nlink > 1:
                 continue
             tmp = copy.with_suffix(".link")
             os.link(version, tmp)

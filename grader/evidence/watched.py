@@ -64,7 +64,7 @@ class Watched:
 
     def op(self, ev: RunEvidence, o: Observation) -> FileOp:
         if o.index not in self._ops:
-            self._ops[o.index] = _as_op(ev, o)
+            self._ops[o.index] = as_op(ev, o)
         return self._ops[o.index]
 
 
@@ -88,12 +88,6 @@ def read_watched(run_dir: Path, key: str, work_dir: Path) -> Watched | None:
     return out
 
 
-def as_op(ev: RunEvidence, o: Observation) -> FileOp:
-    """A kept copy of a file's bytes, observed at ``o.t``, as an operation the checkpoint checks
-    judge (the artifact store's copies of what it received are read this way)."""
-    return _as_op(ev, o)
-
-
 def _rank0_steps(ev: RunEvidence) -> list[tuple[float, int, int]]:
     """(time the parent received it, or the rank's time; attempt; step) of rank 0's step records."""
     out = []
@@ -103,10 +97,11 @@ def _rank0_steps(ev: RunEvidence) -> list[tuple[float, int, int]]:
     return sorted(out)
 
 
-def _as_op(ev: RunEvidence, o: Observation) -> FileOp:
-    """The version as an operation the checkpoint checks can judge: its fingerprints and keys from
-    the kept copy; ``step``, the newest step rank 0 had made when the parent saw it; ``error``, why
-    its content cannot be told."""
+def as_op(ev: RunEvidence, o: Observation) -> FileOp:
+    """The version as an operation the checkpoint checks can judge (the artifact store's copies of
+    what it received are read this way too): its fingerprints and keys from the kept copy;
+    ``step``, the newest step rank 0 had made when the parent saw it; ``error``, why its content
+    cannot be told."""
     steps = [s for s in _rank0_steps(ev) if s[0] <= o.t + STEP_SLACK_S]
     attempt, step = (steps[-1][1], max(s[2] for s in steps if s[1] == steps[-1][1])) if steps else (0, 0)
     op = FileOp(rank=0, attempt=attempt, seq=-(_SEQ0 + o.index), op="watched", path=o.path, src=None, step=step,
