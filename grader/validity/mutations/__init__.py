@@ -10,6 +10,8 @@ from grader.validity.mutations.base import Fix, Mutant, Mutation, Skipped, canon
 from grader.validity.mutations.diff import CatchTimeout, DropLine, FirstEpochOnly, Rank0Only, RevertHunk
 from grader.validity.mutations.targeted import (
     ClipBeforeUnscale,
+    CollatePerRecord,
+    DropTranspose,
     LiveSnapshot,
     StaticLossScale,
     WaitInLoop,
@@ -18,7 +20,7 @@ from grader.validity.mutations.targeted import (
 
 MUTATIONS: list[Mutation] = [RevertHunk(), DropLine(), Rank0Only(), FirstEpochOnly(), CatchTimeout(),
                              StaticLossScale(), ClipBeforeUnscale(), LiveSnapshot(), WaitInLoop(),
-                             WriteInLoop()]
+                             WriteInLoop(), CollatePerRecord(), DropTranspose()]
 BY_NAME = {m.name: m for m in MUTATIONS}
 
 

@@ -206,6 +206,7 @@ class _Guarded(Mutation):
             new = ast.If(expr(cond), stmts, bstmts)
             i = next(i for i, s in enumerate(body) if s is stmts[0])
             body[i:i + len(stmts)] = [new]
+            taken = _take_back_definitions(tree, fix, stmts[0])
             src = render(tree)
             why = problem(src, fix)
             if why:
@@ -213,9 +214,25 @@ class _Guarded(Mutation):
                 continue
             done.add((first, last))
             text = fix.ref_lines[first - 1].strip()
+            back = f" (with {', '.join(taken)} taken back from the broken script)" if taken else ""
             out.append(Mutant(name, self.name, f"lines {first}-{last} (`{text[:60]}`) only {self.where}, "
-                              f"the broken script's otherwise", src, text))
+                              f"the broken script's otherwise{back}", src, text))
         return out, skipped
+
+
+def _take_back_definitions(tree: ast.Module, fix: Fix, inside: ast.stmt) -> list[str]:
+    """The module-level functions and classes of the broken script that the fix removed and the
+    mutant's broken branch reads again, put back before the definition holding ``inside`` (with
+    what they read in turn); their names. A fix that replaces a class deletes it, and the branch
+    that keeps the bug needs it: it is the bug, not a partial fix's NameError."""
+    defs = {s.name: s for s in fix.broken_tree.body if isinstance(s, ast.FunctionDef | ast.ClassDef)}
+    order = list(defs)
+    taken: list[str] = []
+    while gone := sorted(undefined(tree) & defs.keys() - set(taken), key=order.index):
+        at = next(i for i, s in enumerate(tree.body) if any(n is inside for n in ast.walk(s)))
+        tree.body[at:at] = [defs[n] for n in gone]
+        taken += gone
+    return sorted(taken, key=order.index)
 
 
 def _in_function(tree: ast.Module, stmt: ast.stmt) -> bool:

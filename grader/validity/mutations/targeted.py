@@ -1,14 +1,16 @@
 """Mutations aimed at one mechanism of a fix, where the script has it: a static loss scale in place
 of the GradScaler, clipping before unscaling, a snapshot that is not a copy (the background
-writer saves tensors training goes on changing), and a background writer the step loop waits for
-again (joined after every submit, or its write run on the training thread)."""
+writer saves tensors training goes on changing), a background writer the step loop waits for
+again (joined after every submit, or its write run on the training thread), a batched
+collate_fn the fix introduced applied one record at a time, and a transpose the fix introduced
+left out (the same numbers read in another layout)."""
 
 from __future__ import annotations
 
 import ast
 
 from grader.validity.mutations.base import Fix, Mutant, Mutation, Skipped, problem
-from grader.validity.source import bodies, dotted, is_call, kwarg, render, snippet, train_loop
+from grader.validity.source import bodies, calls, dotted, fresh, is_call, kwarg, parse, render, snippet, train_loop
 
 LOSS_SCALE = 65536.0  # GradScaler's initial scale, held fixed
 
@@ -160,3 +162,81 @@ class WriteInLoop(_Rewriting):
             called.attr = target
         return (f"the step loop calls .{target}(...), what the writer's thread runs, in place of .{start}(...): "
                 "the snapshot is written on the training thread") if subs else None
+
+
+LOADERS = ("DataLoader", "torch.utils.data.DataLoader", "data.DataLoader")
+
+
+def _collates(tree: ast.Module) -> list[ast.keyword]:
+    """The ``collate_fn=`` arguments of the script's DataLoaders (None left out)."""
+    return [k for c in calls(tree, *LOADERS) for k in c.keywords
+            if k.arg == "collate_fn" and not (isinstance(k.value, ast.Constant) and k.value.value is None)]
+
+
+class CollatePerRecord(Mutation):
+    name = "collate-per-record"
+    breaks = "the fix's batched collate_fn applied one record at a time, the pieces concatenated: the same " \
+             "batch, the per-record cost back"
+
+    def generate(self, fix: Fix) -> tuple[list[Mutant], list[Skipped]]:
+        # Only a collate the fix brought: one the broken script already had is not the fix's mechanism.
+        before = {ast.unparse(k.value) for k in _collates(parse(fix.broken))}
+        tree = fix.ref_tree
+        found = [k for k in _collates(tree) if ast.unparse(k.value) not in before]
+        if not found:
+            return [], []
+        helper = fresh(tree, "collate_each")
+        for k in found:
+            k.value = ast.Call(ast.Name(helper, ast.Load()), [k.value], [])
+        first = next(i for i, s in enumerate(tree.body) if isinstance(s, ast.FunctionDef | ast.ClassDef))
+        tree.body[first:first] = snippet(f'''
+            def {helper}(collate):
+                def each(batch):
+                    parts = [collate([item]) for item in batch]
+                    return tuple(torch.cat(column) for column in zip(*parts))
+                return each
+            ''')
+        src = render(tree)
+        why = problem(src, fix)
+        if why:
+            return [], [Skipped(self.name, why)]
+        what = ", ".join(ast.unparse(k.value.args[0]) for k in found if isinstance(k.value, ast.Call))
+        kept = {x.strip() for x in fix.broken_lines}
+        line = next((x.strip() for x in fix.ref_lines if "collate_fn=" in x and x.strip() not in kept), "")
+        return [Mutant(self.name, self.name, f"the DataLoader's collate_fn {what} called on one record at a time "
+                       "and the results concatenated along the batch", src, touches=line)], []
+
+
+LAYOUT = (".transpose", ".permute", ".movedim", ".swapaxes")
+
+
+class DropTranspose(Mutation):
+    name = "drop-transpose"
+    breaks = "a transpose the fix brought is left out: the same numbers read in another layout (an interleaved " \
+             "channel taken for time)"
+
+    def generate(self, fix: Fix) -> tuple[list[Mutant], list[Skipped]]:
+        added = {i + 1 for h in fix.hunks for i in range(*h.ref)}  # 1-based lines the fix wrote
+        sites = [c for c in calls(fix.ref_tree, *LAYOUT)
+                 if isinstance(c.func, ast.Attribute) and c.lineno in added]
+        made: list[Mutant] = []
+        skipped: list[Skipped] = []
+        for n, site in enumerate(sites, 1):
+            tree = fix.ref_tree
+            target = next(c for c in calls(tree, *LAYOUT)
+                          if (c.lineno, c.col_offset) == (site.lineno, site.col_offset))
+            assert isinstance(target.func, ast.Attribute)
+            receiver = target.func.value
+            for parent in ast.walk(tree):  # the call replaced by what it was called on
+                for fname, value in ast.iter_fields(parent):
+                    if value is target:
+                        setattr(parent, fname, receiver)
+            name = self.name if len(sites) == 1 else f"{self.name}-{n}"
+            src = render(tree)
+            why = problem(src, fix)
+            if why:
+                skipped.append(Skipped(name, why))
+                continue
+            made.append(Mutant(name, self.name, f"{ast.unparse(site)} left out: {ast.unparse(receiver)} read in its "
+                               "stored layout", src, touches=fix.ref_lines[site.lineno - 1].strip()))
+        return made, skipped

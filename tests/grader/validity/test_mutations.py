@@ -12,7 +12,7 @@ import pytest
 from grader.validity.mutations import MUTATIONS, Fix, generate
 from grader.validity.mutations.base import problem
 from grader.validity.mutations.diff import revert_groups
-from grader.validity.source import bodies, calls, is_call, parse, program_key, train_loop, undefined
+from grader.validity.source import bodies, calls, is_call, kwarg, parse, program_key, train_loop, undefined
 from tests.grader.validity.scripts import SLUGS, broken, foreign_imports, reference
 
 
@@ -85,6 +85,22 @@ def test_the_targeted_mutations_change_the_mechanism_they_name():
     assert any(a.startswith("writer.submit(") and b == "writer.wait()" for a, b in follows)
     writes = train_loop(parse(_mutant("periodic-stall", "write-in-loop").source))
     assert calls(writes, "writer._write") and not calls(writes, "writer.submit")
+    each = parse(_mutant("slow-input-pipeline", "collate-per-record").source)
+    (loader,) = calls(each, "DataLoader")
+    assert ast.unparse(kwarg(loader, "collate_fn")) == "collate_each(SpectralCollate())"
+    def collate(tree):
+        return next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "SpectralCollate")
+    flat = parse(_mutant("slow-input-pipeline", "drop-transpose").source)
+    assert not calls(collate(flat), ".transpose") and calls(collate(parse(reference("slow-input-pipeline"))),
+                                                             ".transpose")
+    # the fix deleted the per-record dataset; the rank that keeps the bug gets it back, definitions and all
+    one = _mutant("slow-input-pipeline", "rank0-only-hunk-3")
+    assert "SpectralDataset" in one.detail and "taken back" in one.detail
+    guard = next(n for n in ast.walk(parse(one.source)) if isinstance(n, ast.If) and "get_rank" in ast.unparse(n.test))
+    assert "SpectralCollate()" in ast.unparse(guard.body[0]) and "SpectralDataset(" in ast.unparse(guard.orelse[0])
+    assert not undefined(parse(one.source))
+    # grad-accumulation's collate is the broken script's own, not the fix's mechanism
+    assert "collate-per-record" not in {m.name for m in _generated("grad-accumulation")[0]}
 
 
 BROKEN = """\
