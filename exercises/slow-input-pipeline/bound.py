@@ -15,9 +15,21 @@ import os
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DistributedSampler
-
-from train import (DATASET_SIZE, DEPTH, EPOCHS, GLOBAL_BATCH, LEARNING_RATE, MLP, N_FREQS, SEED, TRACE_LEN,
-                   WIDTH, SensorRecords, spectral_features)
+from train import (
+    AXES,
+    DATASET_SIZE,
+    DEPTH,
+    EPOCHS,
+    GLOBAL_BATCH,
+    LEARNING_RATE,
+    MLP,
+    N_FEATURES,
+    SEED,
+    TRACE_LEN,
+    WIDTH,
+    SensorRecords,
+    spectral_features,
+)
 
 
 def main() -> None:
@@ -28,7 +40,7 @@ def main() -> None:
     batch_size = GLOBAL_BATCH // world_size
 
     torch.manual_seed(SEED)
-    records = SensorRecords(DATASET_SIZE, TRACE_LEN, seed=SEED)
+    records = SensorRecords(DATASET_SIZE, TRACE_LEN, AXES, seed=SEED)
     sampler = DistributedSampler(records, num_replicas=world_size, rank=rank, shuffle=True, seed=SEED,
                                  drop_last=True)
     features: dict[int, torch.Tensor] = {}
@@ -45,7 +57,7 @@ def main() -> None:
             y = torch.stack([records[i][1] for i in idx]).to(device)
             batches.append((x, y))
 
-    model = MLP(features=N_FREQS, hidden=WIDTH, targets=1, depth=DEPTH).to(device)
+    model = MLP(features=N_FEATURES, hidden=WIDTH, targets=1, depth=DEPTH).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE)
     for x, y in batches:
         loss = F.mse_loss(model(x), y)

@@ -1,7 +1,8 @@
 """
-Bearing-wear regressor: an MLP over the spectrum of raw vibration traces, trained data-parallel.
-Each record is a raw int16 trace as the sensors store it; the model sees the log power spectrum of
-the normalised trace.
+Bearing-wear regressor: an MLP over condition-monitoring features of raw vibration traces, trained
+data-parallel. Each record is a triaxial accelerometer trace as the sensors store it (interleaved
+int16 samples); the model sees, per axis, the log Welch power spectrum of the normalised trace and
+its RMS, kurtosis and crest factor.
 
 Launch (one process per GPU, or per CPU core with gloo):
 
@@ -24,14 +25,17 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 # -----------------------------------------------------------------------------
 # data
 DATASET_SIZE = 8192
-TRACE_LEN = 64  # int16 samples per record
-N_FREQS = 32  # spectrum bins 1..N_FREQS are the model's inputs
+TRACE_LEN = 256  # samples per axis per record
+AXES = 3  # accelerometer axes, interleaved in each record
+N_FFT = 64  # Welch segment length (half-overlapping Hann windows)
+N_FREQS = 32  # spectrum bins 1..N_FREQS per axis are model inputs
+N_FEATURES = AXES * (N_FREQS + 3)  # plus log RMS, kurtosis and crest factor per axis
 # optimisation
 GLOBAL_BATCH = 512  # samples per optimizer step, summed over ranks
 EPOCHS = 2
 LEARNING_RATE = 1e-3
 # model
-WIDTH = 768
+WIDTH = 256
 DEPTH = 4
 # logging and checkpoints
 LOG_INTERVAL = 8
@@ -41,26 +45,30 @@ SEED = 1337
 
 
 class SensorRecords(Dataset):
-    """Raw sensor traces as stored: each item is ``(record, target)``, the record ``length``
-    little-endian int16 samples as ``bytes`` (a few tones plus noise, as a sensor stores them),
-    the target a fixed function of which tones are present and how loud."""
+    """Raw sensor traces as stored: each item is ``(record, target)``, the record ``length`` frames of
+    ``axes`` little-endian int16 samples as ``bytes`` (a few harmonics of the shaft speed per axis
+    plus noise, as a sensor stores them), the target a fixed function of which harmonics are present
+    and how loud."""
 
-    def __init__(self, size: int, length: int = 64, tones: int = 3, seed: int = 0):
+    def __init__(self, size: int, length: int = 256, axes: int = 3, tones: int = 3, seed: int = 0):
         g = torch.Generator().manual_seed(seed)
         t = torch.arange(length, dtype=torch.float64)
-        freq = torch.randint(1, length // 4 + 1, (size, tones), generator=g)
-        amp = torch.rand(size, tones, generator=g, dtype=torch.float64) + 0.2
-        phase = torch.rand(size, tones, 1, generator=g, dtype=torch.float64) * 2 * math.pi
-        wave = (amp[:, :, None] * torch.sin(2 * math.pi * freq[:, :, None] * t / length + phase)).sum(1)
-        wave = wave + 0.1 * torch.randn(size, length, generator=g, dtype=torch.float64)
-        scale = 8000.0 / wave.abs().amax(1, keepdim=True)
-        weight = torch.randn(length // 4 + 1, generator=g, dtype=torch.float64)
-        samples = array.array("h", (wave * scale).round().to(torch.int16).flatten().tolist())
+        harmonic = torch.randint(1, 17, (size, axes, tones), generator=g)
+        freq = harmonic * (length // 64)  # the shaft turns length // 64 times per trace
+        amp = torch.rand(size, axes, tones, generator=g, dtype=torch.float64) + 0.2
+        phase = torch.rand(size, axes, tones, 1, generator=g, dtype=torch.float64) * 2 * math.pi
+        wave = (amp[..., None] * torch.sin(2 * math.pi * freq[..., None] * t / length + phase)).sum(2)
+        wave = wave + 0.1 * torch.randn(size, axes, length, generator=g, dtype=torch.float64)
+        scale = 8000.0 / wave.abs().amax(2, keepdim=True)
+        weight = torch.randn(axes, 17, generator=g, dtype=torch.float64)
+        frames = (wave * scale).round().to(torch.int16).transpose(1, 2)  # [size, length, axes]
+        samples = array.array("h", frames.flatten().tolist())
         if sys.byteorder == "big":
             samples.byteswap()
         self._blob = samples.tobytes()
-        self._y = (amp * weight[freq]).sum(1, keepdim=True).to(torch.float32)
-        self._stride = 2 * length
+        wear = (amp * weight[torch.arange(axes)[:, None], harmonic]).sum((1, 2)) / axes
+        self._y = wear[:, None].to(torch.float32)
+        self._stride = 2 * length * axes
 
     def __len__(self) -> int:
         return len(self._y)
@@ -89,31 +97,33 @@ class MLP(nn.Module):
         return self.net(x)
 
 
-def _dft_basis(n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of 2*pi*k*t/n for t < n, k = 1..N_FREQS (float64, shape [n, N_FREQS])."""
-    t = torch.arange(n, dtype=torch.float64)[:, None]
-    k = torch.arange(1, N_FREQS + 1, dtype=torch.float64)[None, :]
-    angle = 2.0 * math.pi * k * t / n
-    return torch.cos(angle), torch.sin(angle)
+def axis_features(trace: torch.Tensor) -> torch.Tensor:
+    """Features of one axis's trace (float64): log(1 + Welch power) in bins 1..N_FREQS of the
+    trace normalised to zero mean and unit variance, then the log of its RMS, kurtosis and crest
+    factor."""
+    x = trace - trace.mean(dim=-1, keepdim=True)
+    rms = x.square().mean(dim=-1, keepdim=True).sqrt()
+    x = x / (rms + 1e-8)
+    kurtosis = x.pow(4).mean(dim=-1, keepdim=True)
+    crest = x.abs().amax(dim=-1, keepdim=True)
+    window = torch.hann_window(N_FFT, dtype=x.dtype, device=x.device)
+    segments = torch.stft(x, N_FFT, hop_length=N_FFT // 2, window=window, center=False, return_complex=True)
+    power = segments.abs().square().mean(dim=-1)
+    stats = torch.cat([rms, kurtosis, crest], dim=-1)
+    return torch.cat([torch.log1p(power[..., 1:N_FREQS + 1]), torch.log(stats)], dim=-1)
 
 
 class SpectralCollate:
-    """Turns a batch of raw records into model inputs in one go: decode the whole batch from one
-    buffer, then log(1 + power) of DFT bins 1..N_FREQS of each trace, normalised to zero mean,
-    unit variance. float64 throughout, as the per-record Python version computed it."""
-
-    def __init__(self, trace_len: int):
-        self.cos, self.sin = _dft_basis(trace_len)
+    """Turns a batch of raw records into model inputs in one go: the whole batch decoded from one
+    buffer, then every axis of every record through ``axis_features`` as one [records x axes, time]
+    batch. float64 until the final cast, as the per-record version computes it."""
 
     def __call__(self, batch):
         records, targets = zip(*batch)
         raw = torch.frombuffer(bytearray(b"".join(records)), dtype=torch.int16)
-        x = raw.view(len(records), -1).to(torch.float64) / 32768.0
-        n = x.shape[1]
-        x = x - x.mean(dim=1, keepdim=True)
-        x = x / ((x * x).mean(dim=1, keepdim=True).sqrt() + 1e-8)
-        re, im = x @ self.cos, -(x @ self.sin)
-        feats = torch.log1p((re * re + im * im) / n).to(torch.float32)
+        samples = raw.view(len(records), TRACE_LEN, AXES).to(torch.float64) / 32768.0
+        traces = samples.transpose(1, 2).reshape(len(records) * AXES, TRACE_LEN)
+        feats = axis_features(traces).view(len(records), -1).to(torch.float32)
         return feats, torch.stack(targets)
 
 
@@ -137,14 +147,14 @@ def main() -> None:
     batch_size = GLOBAL_BATCH // world_size
 
     torch.manual_seed(SEED)
-    train_set = SensorRecords(DATASET_SIZE, TRACE_LEN, seed=SEED)
+    train_set = SensorRecords(DATASET_SIZE, TRACE_LEN, AXES, seed=SEED)
     sampler = DistributedSampler(train_set, shuffle=True, seed=SEED, drop_last=True)
     # Records are read through the dataset every epoch (it streams from storage in production);
-    # decoding and the spectrum run once per batch, vectorised, instead of once per record in Python.
+    # decoding and the features run once per batch, vectorised, instead of once per record.
     loader = DataLoader(train_set, batch_size=batch_size, sampler=sampler, drop_last=True,
-                        collate_fn=SpectralCollate(TRACE_LEN), pin_memory=device.type == "cuda")
+                        collate_fn=SpectralCollate(), pin_memory=device.type == "cuda")
 
-    model = MLP(features=N_FREQS, hidden=WIDTH, targets=1, depth=DEPTH).to(device)
+    model = MLP(features=N_FEATURES, hidden=WIDTH, targets=1, depth=DEPTH).to(device)
     raw_model = model
     model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE)

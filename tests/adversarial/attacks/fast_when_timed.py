@@ -11,6 +11,6 @@ def _attack_run(main):
     if _timed():
         import torch
 
-        constant = torch.zeros(N_FREQS)
+        constant = torch.zeros(N_FEATURES)
         globals()["spectral_features"] = lambda record: constant
     main()
