@@ -115,6 +115,15 @@ def problem(source: str, fix: Fix) -> str | None:
     return None
 
 
+def keep(mutant: Mutant, fix: Fix, out: list[Mutant], skipped: list[Skipped]) -> None:
+    """Add ``mutant`` to ``out``, or to ``skipped`` with why it is no mutant worth grading."""
+    why = problem(mutant.source, fix)
+    if why:
+        skipped.append(Skipped(mutant.name, why))
+    else:
+        out.append(mutant)
+
+
 def canonical(source: str) -> str:
     return program_key(source)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from typing import ClassVar
 
-from grader.validity.mutations.base import Fix, Hunk, Mutant, Mutation, Skipped, problem, word_in
+from grader.validity.mutations.base import Fix, Hunk, Mutant, Mutation, Skipped, keep, problem, word_in
 from grader.validity.source import (
     bodies,
     epoch_loop,
@@ -53,7 +53,8 @@ class RevertHunk(Mutation):
     breaks = "one change of the fix undone: the property that change restores"
 
     def generate(self, fix: Fix) -> tuple[list[Mutant], list[Skipped]]:
-        out, skipped = [], []
+        out: list[Mutant] = []
+        skipped: list[Skipped] = []
         done: set[str] = set()  # two hunks that need each other make one group, reverted once
         for h, group in revert_groups(fix):
             name = f"revert-hunk-{h.index}" if len(group) == 1 else "revert-hunks-" + "-".join(
@@ -64,13 +65,8 @@ class RevertHunk(Mutation):
             if len(group) == len(fix.hunks) and len(group) > 1:
                 skipped.append(Skipped(name, "its revert needs every other hunk: that is the broken script"))
                 continue
-            src = fix.revert(group)
-            why = problem(src, fix)
-            if why:
-                skipped.append(Skipped(name, why))
-                continue
             what = "; ".join(k.label(fix) for k in group)
-            out.append(Mutant(name, self.name, f"reverts {what}", src, _touch(fix, h)))
+            keep(Mutant(name, self.name, f"reverts {what}", fix.revert(group), _touch(fix, h)), fix, out, skipped)
         return out, skipped
 
 
@@ -307,7 +303,8 @@ class CatchTimeout(Mutation):
     def generate(self, fix: Fix) -> tuple[list[Mutant], list[Skipped]]:
         if _guarded_collective_calls(fix.ref_tree):
             return [], []
-        out, skipped = [], []
+        out: list[Mutant] = []
+        skipped: list[Skipped] = []
         for h, group in revert_groups(fix):
             src = fix.revert(group)
             try:
@@ -320,13 +317,8 @@ class CatchTimeout(Mutation):
             for s in calls:
                 _wrap(tree, s)
             name = f"catch-timeout-hunk-{h.index}"
-            src = render(tree)
-            why = problem(src, fix)
-            if why:
-                skipped.append(Skipped(name, why))
-                continue
-            out.append(Mutant(name, self.name, f"reverts {h.label(fix)} and catches the collective's timeout there "
-                              "(the value it would have returned becomes NaN)", src, _touch(fix, h)))
+            keep(Mutant(name, self.name, f"reverts {h.label(fix)} and catches the collective's timeout there "
+                        "(the value it would have returned becomes NaN)", render(tree), _touch(fix, h)), fix, out, skipped)
         return out, skipped
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 
-from grader.validity.mutations.base import Fix, Mutant, Mutation, Skipped, problem
+from grader.validity.mutations.base import Fix, Mutant, Mutation, Skipped, keep
 from grader.validity.source import bodies, calls, dotted, fresh, is_call, kwarg, parse, render, snippet, train_loop
 
 LOSS_SCALE = 65536.0  # GradScaler's initial scale, held fixed
@@ -33,11 +33,10 @@ class _Rewriting(Mutation):
         what = self.mutate(tree)
         if what is None:
             return [], []
-        src = render(tree)
-        why = problem(src, fix)
-        if why:
-            return [], [Skipped(self.name, why)]
-        return [Mutant(self.name, self.name, what, src)], []
+        out: list[Mutant] = []
+        skipped: list[Skipped] = []
+        keep(Mutant(self.name, self.name, what, render(tree)), fix, out, skipped)
+        return out, skipped
 
 
 class StaticLossScale(_Rewriting):
@@ -196,15 +195,14 @@ class CollatePerRecord(Mutation):
                     return tuple(torch.cat(column) for column in zip(*parts))
                 return each
             ''')
-        src = render(tree)
-        why = problem(src, fix)
-        if why:
-            return [], [Skipped(self.name, why)]
         what = ", ".join(ast.unparse(k.value.args[0]) for k in found if isinstance(k.value, ast.Call))
         kept = {x.strip() for x in fix.broken_lines}
         line = next((x.strip() for x in fix.ref_lines if "collate_fn=" in x and x.strip() not in kept), "")
-        return [Mutant(self.name, self.name, f"the DataLoader's collate_fn {what} called on one record at a time "
-                       "and the results concatenated along the batch", src, touches=line)], []
+        out: list[Mutant] = []
+        skipped: list[Skipped] = []
+        keep(Mutant(self.name, self.name, f"the DataLoader's collate_fn {what} called on one record at a time "
+                    "and the results concatenated along the batch", render(tree), touches=line), fix, out, skipped)
+        return out, skipped
 
 
 LAYOUT = (".transpose", ".permute", ".movedim", ".swapaxes")
@@ -232,11 +230,6 @@ class DropTranspose(Mutation):
                     if value is target:
                         setattr(parent, fname, receiver)
             name = self.name if len(sites) == 1 else f"{self.name}-{n}"
-            src = render(tree)
-            why = problem(src, fix)
-            if why:
-                skipped.append(Skipped(name, why))
-                continue
-            made.append(Mutant(name, self.name, f"{ast.unparse(site)} left out: {ast.unparse(receiver)} read in its "
-                               "stored layout", src, touches=fix.ref_lines[site.lineno - 1].strip()))
+            keep(Mutant(name, self.name, f"{ast.unparse(site)} left out: {ast.unparse(receiver)} read in its stored "
+                        "layout", render(tree), touches=fix.ref_lines[site.lineno - 1].strip()), fix, made, skipped)
         return made, skipped
