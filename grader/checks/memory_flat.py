@@ -8,7 +8,12 @@
   nothing). Where the tree's set of processes changed after warm-up (workers started for an
   evaluation, or ended), the slope is the one within each set (least squares with a level of its
   own per set): a worker's start-up moves the level once and is not a leak, while memory that
-  grows within the sets (in the rank, or in a persistent worker) still shows;
+  grows within the sets (in the rank, or in a persistent worker) still shows. Within each set, the
+  one interval between two of the parent's samples where memory rose most is a level change too
+  (``Series.without_largest_rise``): the samples come every few tenths of a second, a fast job
+  makes 20-30 steps between two, and a one-time allocation there (a persistent worker's first
+  evaluation: 17 MB, memory-leak's all-rewrites in CI) interpolated over them read +0.134 MB per
+  step. Memory that grows steadily keeps its slope on both sides of the cut;
 - the level: the median after warm-up against the reference run's (a balloon that offsets a
   leak must start high);
 - where the step records carry them (``harness/memstats.py``: every few steps), two signals a
@@ -102,6 +107,13 @@ def _slope(series: Series, warmup: int) -> tuple[float, int, int]:
     only raises."""
     ys = series.after(warmup, MIN_POINTS)
     groups = series.groups(warmup, MIN_POINTS)
+    if series.knots:  # outside samples: each set's one largest rise between two samples is a level change
+        lo, _ = series.span(warmup, MIN_POINTS)
+        sets = groups or [[(lo + i, y) for i, y in enumerate(ys)]]
+        pieces = [p for g in sets for p in series.without_largest_rise(g)]
+        pooled = pooled_slope(pieces)
+        if pooled is not None and pooled[1] >= MIN_POINTS:
+            return pooled[0], pooled[1], sum(1 for g in sets if len(g) >= 2)
     if groups:
         pooled = pooled_slope(groups)
         if pooled is not None and pooled[1] >= MIN_POINTS:

@@ -41,6 +41,10 @@ class Series:
     # per step, the generation of the process tree it was measured on, or None for a step between
     # two samples of different generations (workers started or ended there); None: one tree throughout
     segments: list[int | None] | None = None
+    # the outside samples' places among the steps: for each sample, the index of the first step at or
+    # after it (empty: no outside samples). Between two knots the values are interpolated, so a
+    # one-time allocation between two samples reads as a ramp over every step between them.
+    knots: tuple[int, ...] = ()
 
     def span(self, warmup: int, min_points: int) -> tuple[int, int]:
         """[lo, hi): the steps after warm-up to draw the slope through: those inside the sampled span
@@ -75,6 +79,26 @@ class Series:
                 prev = g
             out[-1].append((lo + i, y))
         return out
+
+    def without_largest_rise(self, group: list[tuple[int, float]]) -> list[list[tuple[int, float]]]:
+        """``group`` split at the one interval between two consecutive samples where the values rose
+        most (its inner steps left out, a level of its own on each side), or ``[group]`` where its values
+        never rose. Memory that grows steadily keeps its slope on both sides, a one-time
+        allocation (a worker's first evaluation) does not: it moved the level once."""
+        if len(group) < 2:
+            return [group]
+        first, last = group[0][0], group[-1][0]
+        # the group's own ends bound its first and last intervals (a set of processes starts and
+        # ends between two samples)
+        inner = sorted({first, last} | {k for k in self.knots if first <= k <= last})
+        at = dict(group)
+        rises = [(at[b] - at[a], a, b) for a, b in zip(inner, inner[1:]) if a in at and b in at]
+        if not rises:
+            return [group]
+        rise, a, b = max(rises)
+        if rise <= 0:
+            return [group]
+        return [[(x, y) for x, y in group if x <= a], [(x, y) for x, y in group if x >= b]]
 
 
 def interpolate(ts: list[float], ys: list[float], at: float) -> float:
@@ -119,4 +143,5 @@ def rank_series(ev: RunEvidence, rank: int) -> Series:
     lo = bisect_left(rts, ts[0])
     hi = bisect_left(rts, ts[-1], lo)
     segments = [_generation(ts, gens, t) for t in rts] if len(set(gens)) > 1 else None
-    return Series([interpolate(ts, ys, t) for t in rts], OUTSIDE, True, (lo, hi), segments)
+    knots = tuple(sorted({bisect_left(rts, t) for t in ts}))
+    return Series([interpolate(ts, ys, t) for t in rts], OUTSIDE, True, (lo, hi), segments, knots)

@@ -161,11 +161,31 @@ def test_the_process_tree_is_judged_with_workers_accounted_for(tmp_path, tree_mb
     assert c.evidence["ranks"][0]["measure"].startswith("memory of its process tree")
 
 
-def test_the_same_start_up_without_the_generations_would_read_as_a_slope(tmp_path):
-    """What the generations are for: a level that moved once at step 40 reads +0.37 MB per step as
-    a plain line (a 30 MB step over 70 steps), over the 0.1 threshold."""
-    c = _judge_tree(tmp_path, _tree_run(tmp_path / "main", lambda s: 300.0 + (30.0 if s >= 40 else 0.0)))
+def test_the_same_start_ups_without_the_generations_would_read_as_a_slope(tmp_path):
+    """What the generations are for: workers started at steps 30 and 55, 30 MB each, read as a slope
+    over the 0.1 threshold when nothing says the set of processes changed (one rise between two
+    samples is a level change, the second is not); with the generations they are two level moves."""
+    def tree(s):
+        return 300.0 + (30.0 if s >= 30 else 0.0) + (30.0 if s >= 55 else 0.0)
+
+    c = _judge_tree(tmp_path, _tree_run(tmp_path / "main", tree))
     assert not c.passed and "MB per step" in c.message, c.message
+    c = _judge_tree(tmp_path, _tree_run(tmp_path / "gens", tree, lambda s: int(s >= 30) + int(s >= 55)))
+    assert c.passed, c.message
+
+
+@pytest.mark.parametrize("tree_mb, passed", [
+    # one allocation between two samples (a persistent worker's first evaluation, 17 MB), same set of
+    # processes: the level moved once (the memory-leak all-rewrites case CI failed at +0.134 MB per step)
+    (lambda s: 425.0 + (17.0 if s >= 47 else 0.0), True),
+    # the same allocation over a leak of 0.3 MB per step: the leak keeps its slope on both sides
+    (lambda s: 425.0 + 0.3 * s + (17.0 if s >= 47 else 0.0), False),
+    # a leak alone, sampled every 2 steps
+    (lambda s: 425.0 + 0.3 * s, False),
+])
+def test_one_rise_between_two_samples_is_a_level_change_a_steady_rise_is_not(tmp_path, tree_mb, passed):
+    c = _judge_tree(tmp_path, _tree_run(tmp_path / "main", tree_mb, sample_every=8))
+    assert c.passed is passed, c.message
 
 
 def test_workers_pages_shared_with_the_rank_count_once(tmp_path):
