@@ -91,11 +91,8 @@ class Series:
         # the group's own ends bound its first and last intervals (a set of processes starts and
         # ends between two samples)
         inner = sorted({first, last} | {k for k in self.knots if first <= k <= last})
-        at = dict(group)
-        rises = [(at[b] - at[a], a, b) for a, b in zip(inner, inner[1:]) if a in at and b in at]
-        if not rises:
-            return [group]
-        rise, a, b = max(rises)
+        at = dict(group)  # a group is a contiguous run of steps: every knot inside it is one of them
+        rise, a, b = max((at[b] - at[a], a, b) for a, b in zip(inner, inner[1:]))
         if rise <= 0:
             return [group]
         return [[(x, y) for x, y in group if x <= a], [(x, y) for x, y in group if x >= b]]
