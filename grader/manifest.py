@@ -43,6 +43,10 @@ class Workload(_Strict):
     dataset_size: int = Field(gt=0)
     global_batch: int = Field(gt=0)
     steps: int = Field(gt=0, description="optimizer steps per rank in an uninterrupted run")
+    # steps a correct run may leave out, where the brief lets a step be skipped (a batch holding a
+    # corrupt record skipped on every rank): its batches are still read, so the samples read stay
+    # steps x global_batch; 0: every step is taken
+    skippable_steps: int = Field(0, ge=0)
     params: int = Field(gt=0, description="trainable parameter count of the model")
     # micro-batches of gradient accumulation per optimizer step, where the brief keeps them: each
     # backpropagated forward pass may hold at most global_batch / (world_size x backward_per_step)

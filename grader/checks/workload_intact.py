@@ -28,6 +28,9 @@ sizes, killed and restarted runs; ``grader/evidence/work.py``, ``harness/work.py
   step, the samples the rank had read through the kit's datasets (the ledger), beyond the rows of
   one step: a rank that computes on samples it never read (its peer's half of the batch, taken
   from the dataset's tensors) fails;
+- optimizer steps: every rank makes the workload's ``steps``; where the workload names
+  ``skippable_steps`` (a step whose batch holds a corrupt record may be skipped on every rank),
+  down to ``steps - skippable_steps``, the skipped batches still read;
 - samples read: every sample of the training set, ``steps x global_batch`` reads in all (fewer
   is a shrunk workload, named by how many per step), and at most ``READ_AHEAD_SHARE`` of an
   epoch's share per rank beyond that (a loader's prefetch past the last step it feeds);
@@ -148,10 +151,12 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
         skipped = {r: 1 for r in steps if skipped_at_overflow(ev, r, per_step, share) is not None}
         if skipped:
             evidence["skipped_at_overflow"] = sorted(skipped)
-        bad = {r: s for r, s in steps.items() if s + skipped.get(r, 0) != wl.steps}
+        fewest = wl.steps - wl.skippable_steps
+        bad = {r: s for r, s in steps.items() if not fewest <= s + skipped.get(r, 0) <= wl.steps}
         if bad:
             r, s = next(iter(bad.items()))
-            problems.append(f"rank {r} made {s} optimizer steps; the workload is {wl.steps}")
+            allowed = f" (at least {fewest}: {wl.skippable_steps} may be skipped)" if wl.skippable_steps else ""
+            problems.append(f"rank {r} made {s} optimizer steps; the workload is {wl.steps}{allowed}")
         total = sum(samples.values())
         want = wl.steps * wl.global_batch
         # a loader's prefetch past the last step it feeds is read and never consumed
@@ -180,7 +185,9 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
         return CheckResult(name, False, f"{ev.describe()} did not complete, so the work done cannot be "
                            "checked", evidence)
     after = "" if ev.status == "ok" else f" (the job then ended with status {ev.status})"
-    return CheckResult(name, True, f"{w} ranks × {wl.steps} steps, {wl.steps * wl.global_batch} samples "
+    made = min(steps.values(), default=wl.steps)
+    took = f"{made} steps ({wl.steps - made} of {wl.steps} skipped)" if made != wl.steps else f"{wl.steps} steps"
+    return CheckResult(name, True, f"{w} ranks × {took}, {wl.steps * wl.global_batch} samples "
                        f"covering all {wl.dataset_size}, {wl.params} parameters, files as shipped{after}", evidence)
 
 

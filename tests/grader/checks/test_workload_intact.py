@@ -26,6 +26,21 @@ def test_workload_intact(tmp_path, kw, protected, passed, says):
     assert c.passed is passed and says in c.message, c.message
 
 
+@pytest.mark.parametrize("steps, passed, says", [
+    (14, True, "files as shipped"),   # two batches skipped on every rank: still read, both epochs whole
+    (16, True, "files as shipped"),   # none skipped (the bad records repaired instead)
+    (13, False, "made 13 optimizer steps; the workload is 16 (at least 14: 2 may be skipped)"),
+])
+def test_a_workload_with_skippable_steps_takes_that_many_fewer(tmp_path, steps, passed, says):
+    """A brief that lets a step whose batch holds a corrupt record be skipped (on every rank) names how
+    many such batches there are; the skipped batches are read all the same."""
+    ctx = ctx_for(tmp_path, main={"steps": steps, "ledgers": epochs([perm(0), perm(1)]),
+                                  "params": {r: {"w": torch.zeros(3)} for r in range(W)}})
+    ctx.manifest.workload = ctx.manifest.workload.model_copy(update={"steps": 16, "skippable_steps": 2})
+    c = run_check(spec("workload_intact"), ctx)
+    assert c.passed is passed and says in c.message, c.message
+
+
 def test_workload_intact_fails_on_forged_records(tmp_path):
     ctx = ctx_for(tmp_path, main={"steps": 16, "ledgers": epochs([perm(0), perm(1)]),
                                   "params": {r: {"w": torch.zeros(3)} for r in range(W)}})
