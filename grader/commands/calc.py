@@ -214,9 +214,12 @@ def bubble_cmd(p, m, schedule, v, max_bubble, as_json):
 @click.option("--at-step", type=click.IntRange(min=0), help="Also report the learning rate at this step.")
 @click.option("--warmup-from", type=click.Choice(["base", "zero"]), default="base", show_default=True,
               help="Warm-up starts at the base lr (Goyal et al.) or at 0.")
+@click.option("--bad-rate", callback=_unit(units.parse_fraction),
+              help="Share of samples that cannot be trained on (a NaN reading), e.g. 0.1%: report the share of "
+                   "steps whose global batch holds one.")
 @JSON
 def batch_cmd(micro_batch, dp, accum, global_batch, seq_len, base_lr, base_batch, rule, dataset_size,
-              warmup_epochs, warmup_steps, at_step, warmup_from, as_json):
+              warmup_epochs, warmup_steps, at_step, warmup_from, bad_rate, as_json):
     """Effective global batch, and the learning rate scaled to it with warm-up.
 
     \b
@@ -229,7 +232,8 @@ def batch_cmd(micro_batch, dp, accum, global_batch, seq_len, base_lr, base_batch
     """
     _show(_run(C.batch, micro_batch=micro_batch, dp=dp, accum=accum, global_batch=global_batch, base_lr=base_lr,
                base_batch=base_batch, rule=rule, seq_len=seq_len, dataset_size=dataset_size,
-               warmup_epochs=warmup_epochs, warmup_steps=warmup_steps, at_step=at_step, warmup_from=warmup_from),
+               warmup_epochs=warmup_epochs, warmup_steps=warmup_steps, at_step=at_step, warmup_from=warmup_from,
+               bad_rate=bad_rate),
           as_json)
 
 

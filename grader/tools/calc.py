@@ -236,7 +236,8 @@ def bubble(p: int, m: int, schedule: str = "1f1b", v: int = 1, max_bubble: float
 def batch(micro_batch: int, dp: int, accum: int | None = None, global_batch: int | None = None,
           base_lr: float | None = None, base_batch: int | None = None, rule: str = "linear",
           seq_len: int | None = None, dataset_size: int | None = None, warmup_epochs: float | None = None,
-          warmup_steps: int | None = None, at_step: int | None = None, warmup_from: str = "base") -> Result:
+          warmup_steps: int | None = None, at_step: int | None = None, warmup_from: str = "base",
+          bad_rate: float | None = None) -> Result:
     """Global batch = micro-batch * accumulation * data-parallel size; learning rate scaled with it."""
     _positive("micro-batch", micro_batch, integer=True)
     _positive("dp", dp, integer=True)
@@ -302,12 +303,24 @@ def batch(micro_batch: int, dp: int, accum: int | None = None, global_batch: int
         values["lr_at_step"] = start + (values["lr"] - start) * ramp
         notes.append("gradual warm-up: linear from the base lr (Goyal et al.; --warmup-from zero: from 0, as many "
                      "codebases do) up to the scaled lr over the warm-up steps; no decay modelled")
+    if bad_rate is not None:
+        if not 0 < bad_rate < 1:
+            raise CalcError("--bad-rate is the share of samples that cannot be trained on: above 0, below 1")
+        # a step skipped on every rank together (the ranks' collectives stay paired) is lost whenever
+        # any sample of the global batch is bad; a rank alone would see only its own share
+        values["skipped_share"] = 1 - (1 - bad_rate) ** g
+        values["rank_bad_share"] = 1 - (1 - bad_rate) ** (micro_batch * accum)
+        notes.append("samples bad independently at random; a skip agreed by every rank loses the whole global "
+                     "batch, a share that grows with the global batch: repair or filter bad samples before "
+                     "the sampler shards them")
     return Result("batch", {"micro_batch": micro_batch, "accum": accum, "dp": dp, "base_lr": base_lr,
                             "base_batch": base_batch, "rule": rule, "seq_len": seq_len,
                             "dataset_size": dataset_size, "warmup_epochs": warmup_epochs,
-                            "warmup_steps": warmup_steps, "at_step": at_step, "warmup_from": warmup_from},
+                            "warmup_steps": warmup_steps, "at_step": at_step, "warmup_from": warmup_from,
+                            "bad_rate": bad_rate},
                   "global = micro-batch * accum * dp; lr = base_lr * global/base_batch (linear) or "
-                  "* sqrt(global/base_batch); warm-up lr(s) = start + (lr - start) * s/warmup, start = base_lr or 0",
+                  "* sqrt(global/base_batch); warm-up lr(s) = start + (lr - start) * s/warmup, start = base_lr or 0; "
+                  "steps holding a bad sample = 1 - (1 - bad_rate)^global",
                   source, values, notes)
 
 

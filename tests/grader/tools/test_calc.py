@@ -113,6 +113,16 @@ def test_batch_solves_accumulation_for_a_global_batch():
         C.batch(4, 48, global_batch=2048)
 
 
+def test_batch_counts_the_steps_a_bad_sample_skips():
+    """A skip agreed by every rank loses the step when any of the global batch's samples is bad."""
+    v = C.batch(32, 8, bad_rate=0.001).values
+    assert v["skipped_share"] == pytest.approx(1 - 0.999 ** 256) == pytest.approx(0.2260, abs=1e-4)
+    assert v["rank_bad_share"] == pytest.approx(1 - 0.999 ** 32)
+    assert "skipped_share" not in C.batch(32, 8).values
+    with pytest.raises(C.CalcError, match="bad-rate"):
+        C.batch(32, 8, bad_rate=1.0)
+
+
 def test_young_and_daly():
     c, m = 98.0, 86400.0
     assert C.young_interval(c, m) == pytest.approx(math.sqrt(2 * c * m))
