@@ -30,7 +30,9 @@ sizes, killed and restarted runs; ``grader/evidence/work.py``, ``harness/work.py
   from the dataset's tensors) fails;
 - optimizer steps: every rank makes the workload's ``steps``; where the workload names
   ``skippable_steps`` (a step whose batch holds a corrupt record may be skipped on every rank),
-  down to ``steps - skippable_steps``, the skipped batches still read;
+  down to ``steps - skippable_steps``, the skipped batches still read (an iteration that ran its
+  backward pass and skipped ``optimizer.step()`` leaves its samples to the next step record: a
+  step of k + 1 whole batches spans k skipped iterations, within the same allowance);
 - samples read: every sample of the training set, ``steps x global_batch`` reads in all (fewer
   is a shrunk workload, named by how many per step), and at most ``READ_AHEAD_SHARE`` of an
   epoch's share per rank beyond that (a loader's prefetch past the last step it feeds);
@@ -207,7 +209,7 @@ def _hidden_work(ctx: Context, main: RunEvidence, evidence: dict[str, Any]) -> l
         share = math.ceil(wl.global_batch / max(ev.world_size, 1))
         at = "" if ev.world_size == ctx.manifest.world_size else f" at world size {ev.world_size}"
         for r in sorted(ev.ranks):
-            extra = extra_training(ev, r, share, per_step)
+            extra = extra_training(ev, r, share, per_step, wl.skippable_steps)
             if extra:
                 evidence.setdefault("extra_training", {}).setdefault(role, {})[r] = extra
                 attempt = f" of attempt {extra['attempt']}" if extra["attempt"] else ""

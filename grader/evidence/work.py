@@ -61,16 +61,24 @@ def _counted(r: dict[str, Any]) -> bool:
     return isinstance(r.get("backward_rows"), int) and not r.get("backward_blind")
 
 
-def extra_training(ev: RunEvidence, rank: int, share: int, per_step: int) -> dict[str, Any] | None:
+def extra_training(ev: RunEvidence, rank: int, share: int, per_step: int, skippable: int = 0) -> dict[str, Any] | None:
     """The first step (any attempt) that trained on more than the effective batch, or None: more
     than ``share`` samples per rank (the rows of the forward passes its backward passes reached), or,
     where some backward pass reached no counted forward call (a loss computed without calling a
     module) so that its samples cannot be counted, more backward passes than the workload's
     ``per_step``. Records without the samples (an older harness) are judged by passes. The step that
-    spans an iteration skipped at the injected overflow (``skipped_at_overflow``) counts as two."""
+    spans an iteration skipped at the injected overflow (``skipped_at_overflow``) counts as two.
+
+    ``skippable``: the workload's skippable steps. A script that runs every backward pass and then
+    skips ``optimizer.step()`` on every rank (its all-reduced gradients are not finite) leaves that
+    iteration's samples to the next step record: a step of exactly k + 1 batches spans k skipped
+    iterations, up to ``skippable`` of them in an attempt."""
     skipped = skipped_at_overflow(ev, rank, per_step, share)
     for a, steps in sorted(_steps_by_attempt(ev, rank).items()):
-        over = [r for r in steps if _over(r, share, per_step)
+        spans = {id(r): k for r in steps if (k := _skipped_before(r, share, per_step))}
+        if sum(spans.values()) > skippable:
+            spans = {}
+        over = [r for r in steps if _over(r, share, per_step) and id(r) not in spans
                 and not (a == 0 and skipped is not None and int(r.get("step", -1)) == skipped)]
         if over:
             r = over[0]
@@ -81,6 +89,17 @@ def extra_training(ev: RunEvidence, rank: int, share: int, per_step: int) -> dic
                     "median": statistics.median(rows) if rows else None,
                     "backward_passes": r.get("backward_passes"), "steps_over": len(over), "steps": len(steps)}
     return None
+
+
+def _skipped_before(r: dict[str, Any], share: int, per_step: int) -> int:
+    """How many whole iterations beyond its own a step record spans (0: none, or not whole ones)."""
+    if _counted(r):
+        n, unit = r["backward_rows"], share
+    else:
+        n, unit = r.get("backward_passes"), per_step
+    if not isinstance(n, int) or unit <= 0 or n <= unit or n % unit:
+        return 0
+    return n // unit - 1
 
 
 def _over(r: dict[str, Any], share: int, per_step: int) -> bool:

@@ -389,6 +389,24 @@ def test_an_iteration_skipped_at_the_injected_overflow_is_an_iteration(tmp_path,
     assert c.passed is passed and says in c.message, c.message
 
 
+@pytest.mark.parametrize("spans, skippable, passed, says", [
+    ({8: 2}, 1, True, "files as shipped"),                  # step 8 spans the skipped iteration before it
+    ({5: 2, 8: 2}, 2, True, "files as shipped"),
+    ({5: 2, 8: 2}, 1, False, "rank 0 trained on 8 samples at optimizer step 5"),  # more than may be skipped
+    ({8: 2}, 0, False, "rank 0 trained on 8 samples at optimizer step 8"),        # no step may be skipped
+    ({8: 3}, 2, True, "files as shipped"),                  # two skipped iterations before step 8
+])
+def test_an_iteration_whose_optimizer_step_was_skipped_is_an_iteration(tmp_path, spans, skippable, passed, says):
+    """A script that runs every backward pass and skips optimizer.step() on every rank (its all-reduced
+    gradients are not finite) leaves that iteration's samples to the next step record: where the
+    workload lets steps be skipped, a step of k + 1 whole batches spans k skipped iterations."""
+    steps = 16 - sum(k - 1 for k in spans.values())
+    run = _work_run(tmp_path / "main", steps=steps, backward=spans, trained={s: 4 * k for s, k in spans.items()},
+                    rows={s: 4 * k for s, k in spans.items()}, reads={s: 4 * k for s, k in spans.items()})
+    c = _judge_work(tmp_path, main=run, skippable_steps=skippable)
+    assert c.passed is passed and says in c.message, c.message
+
+
 def test_a_restarted_run_is_judged_too(tmp_path):
     c = _judge_work(tmp_path, resume=_work_run(tmp_path / "resume", attempt1=(40, 8)))
     assert not c.passed and "trained on 160 samples at optimizer step 1 of attempt 1 in the resume run" in c.message

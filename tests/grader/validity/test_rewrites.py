@@ -279,7 +279,8 @@ def test_every_rewrite_composed_still_compiles(slug):
     names = [r.name for r in REWRITES if r.name not in ("fp16-wire", "bf16-wire")]
     after, done = compose(tree(slug), names)
     compile(render(after), slug, "exec")
-    assert not undefined(after) and len(done) >= 15, (done, undefined(after))
+    # every one but the 16-bit wires; connection-closed's step skip leaves micro-batches out
+    assert not undefined(after) and len(done) >= (14 if slug == "connection-closed" else 15), (done, undefined(after))
 
 
 def _exec_class(src_tree: ast.Module, cls: ast.ClassDef, **names) -> type:
@@ -328,6 +329,18 @@ def test_micro_batches_weigh_each_part_by_its_rows():
     parts = sum(torch.nn.functional.mse_loss(mx @ w, my) * (mx.shape[0] / x.shape[0])
                 for mx, my in zip(x.chunk(2), y.chunk(2)))
     assert torch.allclose(torch.autograd.grad(parts, w)[0], full, rtol=1e-6, atol=1e-7)
+
+
+def test_micro_batches_leave_a_loop_whose_step_skip_would_skip_a_micro_batch():
+    """connection-closed's fix skips the step with a `continue` between the forward pass and the
+    backward: moved into a micro-batch loop, it would skip half a batch and train on the other half
+    (the rewrite first failed its world_size_equivalence for that, 2026-11-29). A `continue` of a
+    loop of its own, inside the forward, does not leave the step."""
+    assert not BY_NAME["micro-batches"].applies(tree("connection-closed"))
+    src = render(tree("connection-closed")).replace("                continue\n", "                pass\n")
+    assert BY_NAME["micro-batches"].applies(ast.parse(src))
+    inner = src.replace("                pass\n", "                for _ in range(1):\n                    continue\n")
+    assert BY_NAME["micro-batches"].applies(ast.parse(inner))
 
 
 class _World:
