@@ -22,7 +22,7 @@ def _reports(ex) -> list[str]:
 
 
 def test_the_script_exercises_are_all_here():
-    assert len(SCRIPTS) == 12
+    assert len(SCRIPTS) == 13
 
 
 @pytest.mark.parametrize("ex", SCRIPTS, ids=lambda e: e.slug)

@@ -55,7 +55,7 @@ def selfcheck(bundle: Path, slug: str) -> tuple[int, dict]:
 
 
 def test_every_script_exercise_is_bundled():
-    assert len(SCRIPT_EXERCISES) == 12
+    assert len(SCRIPT_EXERCISES) == 13
 
 
 @pytest.mark.slow
