@@ -104,6 +104,16 @@ class Spec(CheckSpec):
     name: Literal["workload_intact"]
 
 
+def _other_datasets(ev: Any, size: int) -> str:
+    """Where a run read none of the training set: what its DataLoaders read instead, so that a
+    dataset cut to another length is named, not only counted as nothing."""
+    fetched = ev.loader_datasets()
+    if not fetched:
+        return ""
+    seen = ", ".join(f"{ds} ({n} samples)" for ds, n in fetched.most_common(3))
+    return f" (no DataLoader read a dataset of {size} samples; they read {seen})"
+
+
 def judge(spec: Spec, ctx: Context) -> CheckResult:
     name = "workload_intact"
     problems: list[str] = []
@@ -170,8 +180,9 @@ def judge(spec: Spec, ctx: Context) -> CheckResult:
                             f"{wl.steps} steps of a global batch of {wl.global_batch} "
                             f"({want} samples{f', and a loader prefetching at most {spare} more' if total > want else ''})")
         if distinct != wl.dataset_size:
+            others = "" if distinct else _other_datasets(ev, wl.dataset_size)
             problems.append(f"{distinct} distinct samples of {wl.dataset!r} were consumed; the dataset has "
-                            f"{wl.dataset_size}")
+                            f"{wl.dataset_size}{others}")
         for ds, evaluation in wl.evaluations.items():
             problem = _evaluations(ev, ds, evaluation, evidence)
             if problem:

@@ -177,10 +177,8 @@ class RunEvidence:
         twice. Returns ``{manifest name: loader identity}`` of what was adopted (docs/run-dir.md)."""
         if any(self.ledgers.values()) or self.adopted:
             return self.adopted
-        loads = _training_reads({r: rundir.read_records(rundir.rank_dir(self.run_dir, r) / rundir.LOADS,
-                                                        self.key).valid for r in self.ranks})
-        fetched: Counter[str] = Counter(x["ds"] for recs in loads.values() for x in recs
-                                        if isinstance(x.get("ds"), str))
+        loads = self._loads()
+        fetched = self.loader_datasets()
         first: dict[str, tuple[int, int, int]] = {}  # identity -> (attempt, step, position) of its first fetch
         for recs in loads.values():
             for pos, x in enumerate(recs):
@@ -204,6 +202,15 @@ class RunEvidence:
         for r, recs in loads.items():
             self.ledgers[r] = [{**x, "ds": by_identity[x["ds"]]} for x in recs if x.get("ds") in by_identity]
         return self.adopted
+
+    def _loads(self) -> dict[int, list[dict[str, Any]]]:
+        return _training_reads({r: rundir.read_records(rundir.rank_dir(self.run_dir, r) / rundir.LOADS,
+                                                       self.key).valid for r in self.ranks})
+
+    def loader_datasets(self) -> Counter[str]:
+        """How many samples the run's DataLoaders fetched from each dataset, by its identity (its
+        class and length, ``SensorRecords[4096]``), whether or not the manifest names it."""
+        return Counter(x["ds"] for recs in self._loads().values() for x in recs if isinstance(x.get("ds"), str))
 
     def adopt_for(self, workload: Any) -> dict[str, str]:
         """``adopt_loader_ledger`` with the lengths a manifest's workload names: its training dataset

@@ -123,3 +123,10 @@ def test_direct_reads_count_only_for_a_dataset_no_loader_fetched(tmp_path):
     assert ev.adopt_loader_ledger(SIZES) == {"train": "Rows[8]", "val": "Rows[4]"}
     assert ev.samples(0, "train") == [0, 1, 2, 3] and ev.samples(1, "train") == [4, 5, 6, 7]
     assert ev.samples(0, "val") == [0, 1] and ev.samples(1, "val") == [2, 3]
+
+
+def test_every_dataset_the_loaders_fetched_is_counted_adopted_or_not(tmp_path):
+    ev = _run(tmp_path)
+    assert ev.loader_datasets() == {"Rows[8]": 10, "Rows[4]": 4, "Noise[8]": 4}
+    assert workload_intact._other_datasets(ev, 16) == (" (no DataLoader read a dataset of 16 samples; they read "
+                                                       "Rows[8] (10 samples), Rows[4] (4 samples), Noise[8] (4 samples))")
