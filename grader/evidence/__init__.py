@@ -52,6 +52,11 @@ class EnvironmentFailure(Exception):
     """The harness or the machine failed, not the submission: grading cannot say anything."""
 
 
+def _fetched(loads: dict[int, list[dict[str, Any]]]) -> Counter[str]:
+    """Samples fetched per loader dataset identity."""
+    return Counter(x["ds"] for recs in loads.values() for x in recs if isinstance(x.get("ds"), str))
+
+
 @dataclass
 class RunEvidence:
     role: str
@@ -178,7 +183,7 @@ class RunEvidence:
         if any(self.ledgers.values()) or self.adopted:
             return self.adopted
         loads = self._loads()
-        fetched = self.loader_datasets()
+        fetched = _fetched(loads)
         first: dict[str, tuple[int, int, int]] = {}  # identity -> (attempt, step, position) of its first fetch
         for recs in loads.values():
             for pos, x in enumerate(recs):
@@ -210,7 +215,7 @@ class RunEvidence:
     def loader_datasets(self) -> Counter[str]:
         """How many samples the run's DataLoaders fetched from each dataset, by its identity (its
         class and length, ``SensorRecords[4096]``), whether or not the manifest names it."""
-        return Counter(x["ds"] for recs in self._loads().values() for x in recs if isinstance(x.get("ds"), str))
+        return _fetched(self._loads())
 
     def adopt_for(self, workload: Any) -> dict[str, str]:
         """``adopt_loader_ledger`` with the lengths a manifest's workload names: its training dataset

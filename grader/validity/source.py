@@ -137,6 +137,20 @@ def loaded(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
+def leaves_loop(stmt: ast.stmt) -> bool:
+    """Whether ``stmt`` holds a ``break`` or ``continue`` of the loop around it (not of a loop, or in
+    a function, inside it): a statement that cannot move into another loop or a function unchanged."""
+    todo: list[ast.AST] = [stmt]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Continue, ast.Break)):
+            return True
+        if not isinstance(node, (ast.For, ast.AsyncFor, ast.While, ast.FunctionDef, ast.AsyncFunctionDef,
+                                 ast.Lambda, ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(node))
+    return False
+
+
 def names(node: ast.AST) -> set[str]:
     return stored(node) | loaded(node)
 

@@ -14,6 +14,7 @@ from grader.validity.source import (
     fresh,
     is_call,
     kwarg,
+    leaves_loop,
     loaded,
     snippet,
     stored,
@@ -158,7 +159,7 @@ class MicroBatches(Rewrite):
                 dep |= stored(body[i])
         if not fwd or not set(loss) & dep or any(o > fwd[0] for o in other):
             return None
-        if any(_leaves_the_loop(body[i]) for i in fwd):
+        if any(leaves_loop(body[i]) for i in fwd):
             return None  # a `continue` that skips the step would skip a micro-batch once moved
         return loop, start, back, zero, fwd, other, sorted(xs, key=lambda n: [
             x.id for x in ast.walk(loop.target) if isinstance(x, ast.Name)].index(n)), loss
@@ -194,20 +195,6 @@ class MicroBatches(Rewrite):
         found_as(micro_loop.body[0], ast.With, "the no_sync block").body = [*fwd_stmts, backward]
         keep = [body[i] for i in range(start) if i != zero] + [body[i] for i in other]
         body[:] = keep + [body[zero]] + new + body[back + 1:]
-
-
-def _leaves_the_loop(stmt: ast.stmt) -> bool:
-    """Whether ``stmt`` holds a ``continue`` or ``break`` of the loop around it (not of a loop or
-    function inside it)."""
-    todo: list[ast.AST] = [stmt]
-    while todo:
-        node = todo.pop()
-        if isinstance(node, (ast.Continue, ast.Break)):
-            return True
-        if not isinstance(node, (ast.For, ast.AsyncFor, ast.While, ast.FunctionDef, ast.AsyncFunctionDef,
-                                 ast.Lambda, ast.ClassDef)):
-            todo.extend(ast.iter_child_nodes(node))
-    return False
 
 
 class _Subst(ast.NodeTransformer):

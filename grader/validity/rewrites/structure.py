@@ -15,6 +15,7 @@ from grader.validity.source import (
     insert_module_defs,
     is_call,
     is_constant_name,
+    leaves_loop,
     loaded,
     locate,
     main_fn,
@@ -155,10 +156,10 @@ class StepFunction(Rewrite):
         if not isinstance(loop, ast.For) or loop.orelse:
             return None
         for s in loop.body:
+            if leaves_loop(s):
+                return None
             for n in ast.walk(s):
                 if isinstance(n, (ast.Return, ast.Yield, ast.YieldFrom, ast.Global, ast.Nonlocal)):
-                    return None
-                if isinstance(n, (ast.Break, ast.Continue)) and not _inside_loop(s, n):
                     return None
         return loop
 
@@ -181,15 +182,6 @@ class StepFunction(Rewrite):
         loop.target = ast.Name(batch, ast.Store())
         loop.body = snippet(f"{fn}({batch})")
         body[i:i] = [snippet(f"{n} = None")[0] for n in prebind] + [defn]
-
-
-def _inside_loop(outer: ast.stmt, node: ast.AST) -> bool:
-    """``node`` (a break or continue) belongs to a loop nested inside ``outer``."""
-    for n in ast.walk(outer):
-        if isinstance(n, (ast.For, ast.While)) and any(x is node for b in (n.body, n.orelse) for s in b
-                                                       for x in ast.walk(s)):
-            return True
-    return False
 
 
 def _bound_outside(main: ast.FunctionDef, loop: ast.stmt, name: str) -> bool:
